@@ -1,0 +1,35 @@
+// The gpuslice command: one subcommand per user job. Only parses arguments and wires the libraries.
+#include <iostream>
+
+#include "common.h"
+
+int main(int argc, char** argv) {
+  using namespace gpuslice::cli;
+  CLI::App app(
+      "gpuslice — slice NVIDIA GPUs into isolated, right-sized pieces.\n\n"
+      "Explore the MIG hardware model:\n"
+      "  gpuslice gpus                        GPU models known, with and without MIG\n"
+      "  gpuslice profiles H100-80GB          a model's MIG profiles and placements\n"
+      "  gpuslice layouts A100-80GB --maximal every layout nothing more fits into\n"
+      "  gpuslice check A100-40GB 9,19,19     is a layout valid, where does each instance go\n",
+      "gpuslice");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "gpuslice 0.1.0");
+  GlobalOptions global;
+  app.add_option("--catalog", global.catalog_files,
+                 "Extra GPU catalog file(s) in the built-in format (docs/CATALOG.md); models with "
+                 "an existing id replace the built-in entry")
+      ->check(CLI::ExistingFile);
+  Action action;
+  AddGpusCommand(app, global, &action);
+  AddProfilesCommand(app, global, &action);
+  AddLayoutsCommand(app, global, &action);
+  AddCheckCommand(app, global, &action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    const int code = app.exit(error);
+    return code == 0 ? kExitOk : kExitBadInput;
+  }
+  return action ? action() : kExitBadInput;
+}
