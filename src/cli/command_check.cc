@@ -1,5 +1,5 @@
-// gpuslice check GPU LAYOUT: is this layout possible, where does each instance go, what is left, and
-// how to create it with nvidia-smi or mig-parted.
+// gpuslice check GPU LAYOUT: is this layout possible, where does each instance go, what is left,
+// and how to create it with nvidia-smi or mig-parted.
 #include <iostream>
 
 #include "common.h"
@@ -34,8 +34,8 @@ std::string MethodText(geometry::PlacementMethod method) {
 }
 
 struct CreationCommands {
-  std::vector<std::string> lines;       // shell commands
-  std::vector<std::string> comments;    // one per line
+  std::vector<std::string> lines;     // shell commands
+  std::vector<std::string> comments;  // one per line
 };
 
 // nvidia-smi commands that create `layout` at its placements.
@@ -45,26 +45,31 @@ CreationCommands NvidiaSmiCommands(const geometry::Shape& shape, std::span<const
   CreationCommands out;
   const std::string gpu = std::to_string(gpu_index);
   out.lines.push_back("nvidia-smi -i " + gpu + " -mig 1");
-  out.comments.push_back("enable MIG mode (a GPU reset may be needed; no process may hold the GPU)");
+  out.comments.push_back(
+      "enable MIG mode (a GPU reset may be needed; no process may hold the GPU)");
   if (layout.empty()) return out;
   bool split = false;
   for (const auto& entry : cis) split = split || !entry.empty();
   const std::string create_ci = split ? "" : " -C";
   if (std::optional<std::vector<size_t>> order = geometry::DriverCreationOrder(shape, layout)) {
     std::string ids;
-    for (size_t i : *order) ids += (ids.empty() ? "" : ",") + std::to_string(shape.profile(layout[i].profile).smi_id);
+    for (size_t i : *order)
+      ids += (ids.empty() ? "" : ",") + std::to_string(shape.profile(layout[i].profile).smi_id);
     out.lines.push_back("nvidia-smi mig -i " + gpu + " -cgi " + ids + create_ci);
     out.comments.push_back(
         "in this order, the driver's own placement gives exactly this layout (default-placement "
-        "data: " + std::string(hw::ToString(shape.mig().default_placement_confidence)) + ")");
+        "data: " +
+        std::string(hw::ToString(shape.mig().default_placement_confidence)) + ")");
   }
   std::string placed_ids;
   for (const Placed& placed : layout) {
-    placed_ids += (placed_ids.empty() ? "" : ",") + std::to_string(shape.profile(placed.profile).smi_id) +
-                  ":" + std::to_string(placed.start);
+    placed_ids += (placed_ids.empty() ? "" : ",") +
+                  std::to_string(shape.profile(placed.profile).smi_id) + ":" +
+                  std::to_string(placed.start);
   }
   out.lines.push_back("nvidia-smi mig -i " + gpu + " -cgi " + placed_ids + create_ci);
-  out.comments.push_back("explicit placements (ID:start; needs an nvidia-smi that takes placements)");
+  out.comments.push_back(
+      "explicit placements (ID:start; needs an nvidia-smi that takes placements)");
   if (split) {
     for (size_t i = 0; i < layout.size(); ++i) {
       geometry::CiShape ci_shape(shape.mig(), shape.profile(layout[i].profile));
@@ -77,7 +82,8 @@ CreationCommands NvidiaSmiCommands(const geometry::Shape& shape, std::span<const
         ids = std::to_string(ci_shape.profiles()[static_cast<size_t>(ci_shape.DefaultIndex())].id);
       }
       const int gi_id = shape.GpuInstanceId(layout[i].profile, layout[i].start);
-      out.lines.push_back("nvidia-smi mig -i " + gpu + " -gi " + std::to_string(gi_id) + " -cci " + ids);
+      out.lines.push_back("nvidia-smi mig -i " + gpu + " -gi " + std::to_string(gi_id) + " -cci " +
+                          ids);
       out.comments.push_back("compute instances of " + shape.profile(layout[i].profile).name + "@" +
                              std::to_string(layout[i].start));
     }
@@ -198,19 +204,22 @@ int Run(const GlobalOptions& global, const CheckOptions& options) {
   std::string default_failure;
   if (resolved.default_order_fails_at >= 0) {
     const auto& item = parsed->items[static_cast<size_t>(resolved.default_order_fails_at)];
-    default_failure = "created in the order given without placements, the driver would fail at "
-                      "item " + std::to_string(resolved.default_order_fails_at + 1) + " ('" +
-                      item.text + "') with Insufficient Resources";
+    default_failure =
+        "created in the order given without placements, the driver would fail at "
+        "item " +
+        std::to_string(resolved.default_order_fails_at + 1) + " ('" + item.text +
+        "') with Insufficient Resources";
   }
 
   if (options.json) {
-    nlohmann::json json = {{"gpu", model->id},
-                           {"input", options.layout},
-                           {"valid", valid},
-                           {"reasons", reasons},
-                           {"driver", rules->driver_branch == 0
-                                          ? nlohmann::json("newest")
-                                          : nlohmann::json("R" + std::to_string(rules->driver_branch))}};
+    nlohmann::json json = {
+        {"gpu", model->id},
+        {"input", options.layout},
+        {"valid", valid},
+        {"reasons", reasons},
+        {"driver", rules->driver_branch == 0
+                       ? nlohmann::json("newest")
+                       : nlohmann::json("R" + std::to_string(rules->driver_branch))}};
     if (!default_failure.empty()) json["driver_default_order"] = default_failure;
     if (valid) {
       json["placement_method"] = MethodText(resolved.method);
@@ -265,7 +274,8 @@ int Run(const GlobalOptions& global, const CheckOptions& options) {
   }
   const std::int64_t full = shape.mig().profiles.empty() ? 0 : [&] {
     std::int64_t best = 0;
-    for (const hw::GiProfile& profile : shape.mig().profiles) best = std::max(best, profile.memory_mib);
+    for (const hw::GiProfile& profile : shape.mig().profiles)
+      best = std::max(best, profile.memory_mib);
     return best;
   }();
   std::cout << "  Uses " << compute << " of " << shape.mig().compute_slices << " compute slices, "
@@ -291,8 +301,8 @@ int Run(const GlobalOptions& global, const CheckOptions& options) {
   }
   std::cout << "\nmig-parted config entry (mig-parted chooses placements itself by trying "
                "creation orders):\n";
-  const std::string config =
-      MigPartedConfig(*model, options.config_name, MigDevices(shape, resolved.instances, resolved.cis));
+  const std::string config = MigPartedConfig(*model, options.config_name,
+                                             MigDevices(shape, resolved.instances, resolved.cis));
   size_t begin = 0;
   while (begin < config.size()) {
     const size_t end = config.find('\n', begin);
@@ -319,8 +329,9 @@ void AddCheckCommand(CLI::App& app, const GlobalOptions& global, Action* action)
   command->add_option("--driver", options->driver,
                       "Check for this driver branch (e.g. R470, 510, 525.85.12): profiles and "
                       "pairings newer than it are rejected. Default: newest driver");
-  command->add_option("--gpu-index", options->gpu_index,
-                      "GPU index used in the printed nvidia-smi commands (default 0)")
+  command
+      ->add_option("--gpu-index", options->gpu_index,
+                   "GPU index used in the printed nvidia-smi commands (default 0)")
       ->check(CLI::Range(0, 1023));
   command->add_option("--config-name", options->config_name,
                       "Name of the mig-parted config printed (default gpuslice-layout)");

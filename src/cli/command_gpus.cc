@@ -43,9 +43,9 @@ int Run(const GlobalOptions& global, const GpusOptions& options) {
                  WithMark(std::to_string(model.sms), model.sms_confidence),
                  std::to_string(model.mig->compute_slices) + "g/" +
                      std::to_string(model.mig->placement_units) + "u",
-                 std::to_string(model.mig->profiles.size()), "R" +
-                     std::to_string(model.mig->min_driver_branch) + "+",
-                 PciList(model), std::string(hw::ToString(model.confidence))});
+                 std::to_string(model.mig->profiles.size()),
+                 "R" + std::to_string(model.mig->min_driver_branch) + "+", PciList(model),
+                 std::string(hw::ToString(model.confidence))});
     }
     std::cout << "MIG-capable GPUs (hardware slices; SLICES = compute slices / placement units):\n"
               << table.Render("  ");
@@ -65,7 +65,8 @@ int Run(const GlobalOptions& global, const GpusOptions& options) {
     if (!options.no_mig_only) std::cout << "\n";
     std::cout << "GPUs without MIG (shared by software slicing):\n" << table.Render("  ");
   }
-  std::cout << "\n" << MarkLegend() << "\n"
+  std::cout << "\n"
+            << MarkLegend() << "\n"
             << "Next: `gpuslice profiles MODEL` for a model's MIG profiles, `gpuslice check MODEL "
                "LAYOUT` to check a layout.\n";
   return kExitOk;
@@ -76,8 +77,9 @@ int Run(const GlobalOptions& global, const GpusOptions& options) {
 void AddGpusCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   auto options = std::make_shared<GpusOptions>();
   CLI::App* command = app.add_subcommand(
-      "gpus", "List the GPU models gpuslice knows: MIG-capable ones with their slice geometry, and "
-              "GPUs without MIG that are shared by software slicing.");
+      "gpus",
+      "List the GPU models gpuslice knows: MIG-capable ones with their slice geometry, and "
+      "GPUs without MIG that are shared by software slicing.");
   command->add_flag("--json", options->json, "Print JSON instead of tables");
   command->add_flag("--mig", options->mig_only, "Only MIG-capable models");
   command->add_flag("--no-mig", options->no_mig_only, "Only models without MIG");

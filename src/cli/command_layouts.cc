@@ -32,7 +32,8 @@ std::string MultisetText(const geometry::Shape& shape, const geometry::Counts& c
   for (int p : order) {
     const int n = counts[static_cast<size_t>(p)];
     if (n == 0) continue;
-    text += (text.empty() ? "" : " + ") + (n > 1 ? std::to_string(n) + "x" : "") + shape.profile(p).name;
+    text += (text.empty() ? "" : " + ") + (n > 1 ? std::to_string(n) + "x" : "") +
+            shape.profile(p).name;
   }
   return text;
 }
@@ -40,7 +41,8 @@ std::string MultisetText(const geometry::Shape& shape, const geometry::Counts& c
 nlohmann::json MultisetJson(const geometry::Shape& shape, const geometry::Counts& counts) {
   nlohmann::json json = nlohmann::json::object();
   for (int p = 0; p < shape.profile_count(); ++p) {
-    if (counts[static_cast<size_t>(p)] > 0) json[shape.profile(p).name] = counts[static_cast<size_t>(p)];
+    if (counts[static_cast<size_t>(p)] > 0)
+      json[shape.profile(p).name] = counts[static_cast<size_t>(p)];
   }
   return json;
 }
@@ -64,8 +66,9 @@ int Run(const GlobalOptions& global, const LayoutsOptions& options) {
     std::string name;
     while (std::getline(list, name, ',')) {
       const hw::GiProfile* profile = shape.mig().FindProfile(name);
-      if (profile == nullptr && !name.empty() &&
-          std::all_of(name.begin(), name.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+      if (profile == nullptr && !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+            return std::isdigit(static_cast<unsigned char>(c));
+          })) {
         profile = shape.mig().FindProfileBySmiId(std::stoi(name));
       }
       if (profile == nullptr) {
@@ -76,25 +79,29 @@ int Run(const GlobalOptions& global, const LayoutsOptions& options) {
       enumerate.profiles.set(static_cast<size_t>(shape.mig().IndexOf(*profile)));
     }
   }
-  const std::vector<std::vector<geometry::Placed>> layouts = geometry::EnumerateLayouts(shape, enumerate);
+  const std::vector<std::vector<geometry::Placed>> layouts =
+      geometry::EnumerateLayouts(shape, enumerate);
   const std::vector<geometry::Multiset> multisets = geometry::DistinctMultisets(shape, layouts);
 
   std::vector<std::string> considered;
   for (int p = 0; p < shape.profile_count(); ++p) {
-    if (enumerate.profiles.test(static_cast<size_t>(p))) considered.push_back(shape.profile(p).name);
+    if (enumerate.profiles.test(static_cast<size_t>(p)))
+      considered.push_back(shape.profile(p).name);
   }
   if (options.json) {
     nlohmann::json layout_list = nlohmann::json::array();
     for (const auto& layout : layouts) {
       nlohmann::json instances = nlohmann::json::array();
       for (const geometry::Placed& placed : layout) {
-        instances.push_back({{"profile", shape.profile(placed.profile).name},
-                             {"id", shape.profile(placed.profile).smi_id},
-                             {"start", placed.start},
-                             {"size", shape.placement_size(placed.profile)},
-                             {"gpu_instance_id", shape.GpuInstanceId(placed.profile, placed.start)}});
+        instances.push_back(
+            {{"profile", shape.profile(placed.profile).name},
+             {"id", shape.profile(placed.profile).smi_id},
+             {"start", placed.start},
+             {"size", shape.placement_size(placed.profile)},
+             {"gpu_instance_id", shape.GpuInstanceId(placed.profile, placed.start)}});
       }
-      layout_list.push_back({{"instances", instances}, {"multiset", MultisetJson(shape, shape.CountsOf(layout))}});
+      layout_list.push_back(
+          {{"instances", instances}, {"multiset", MultisetJson(shape, shape.CountsOf(layout))}});
     }
     nlohmann::json multiset_list = nlohmann::json::array();
     for (const geometry::Multiset& multiset : multisets) {
@@ -105,15 +112,18 @@ int Run(const GlobalOptions& global, const LayoutsOptions& options) {
     PrintJson({{"gpu", model->id},
                {"maximal", options.maximal},
                {"profiles_considered", considered},
-               {"driver", rules->driver_branch == 0 ? nlohmann::json("newest")
-                                                    : nlohmann::json("R" + std::to_string(rules->driver_branch))},
+               {"driver", rules->driver_branch == 0
+                              ? nlohmann::json("newest")
+                              : nlohmann::json("R" + std::to_string(rules->driver_branch))},
                {"layout_count", layouts.size()},
                {"multiset_count", multisets.size()},
                {"layouts", layout_list},
                {"multisets", multiset_list}});
     return kExitOk;
   }
-  std::string scope = options.base ? "base profiles" : options.profiles.empty() ? "all profiles" : "selected profiles";
+  std::string scope = options.base               ? "base profiles"
+                      : options.profiles.empty() ? "all profiles"
+                                                 : "selected profiles";
   std::cout << model->id << ": " << layouts.size() << (options.maximal ? " maximal" : " valid")
             << " layouts (placements), " << multisets.size() << " distinct profile multisets; "
             << scope << " (" << considered.size() << " of " << shape.profile_count() << ")"
@@ -154,10 +164,12 @@ void AddLayoutsCommand(CLI::App& app, const GlobalOptions& global, Action* actio
   CLI::App* command = app.add_subcommand(
       "layouts",
       "Enumerate the MIG layouts a GPU model allows, exactly, from its placement rules. By default "
-      "lists every distinct profile multiset that fits (with an example placement); --maximal lists "
+      "lists every distinct profile multiset that fits (with an example placement); --maximal "
+      "lists "
       "every maximal layout (nothing more fits) with its placements.");
   command->add_option("GPU", options->gpu, "GPU model, e.g. A100-80GB")->required();
-  command->add_flag("--maximal", options->maximal, "Only maximal layouts (no further instance fits)");
+  command->add_flag("--maximal", options->maximal,
+                    "Only maximal layouts (no further instance fits)");
   command->add_flag("--placements", options->placements, "List every layout with its placements");
   command->add_flag("--base", options->base,
                     "Only the base profiles (1g, 2g, 3g, 4g, 7g without +me/-me/+gfx or the "

@@ -128,8 +128,10 @@ std::string Table::Render(const std::string& indent) const {
     std::string line = indent;
     for (size_t c = 0; c < row.size(); ++c) {
       const size_t pad = widths[c] - DisplayWidth(row[c]);
-      if (right_[c]) line += std::string(pad, ' ') + row[c];
-      else line += row[c] + (c + 1 < row.size() ? std::string(pad, ' ') : "");
+      if (right_[c])
+        line += std::string(pad, ' ') + row[c];
+      else
+        line += row[c] + (c + 1 < row.size() ? std::string(pad, ' ') : "");
       if (c + 1 < row.size()) line += "  ";
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
@@ -195,8 +197,8 @@ nlohmann::json ProfileJson(const hw::MigSpec& mig, const hw::GiProfile& profile)
     const int sms_per_slice = profile.compute_slices > 0 ? profile.sms / profile.compute_slices : 0;
     cis.push_back({
         {"name", ci.name},
-        {"device_name", ci.slices == profile.compute_slices ? profile.name
-                                                             : ci.name + "." + profile.name},
+        {"device_name",
+         ci.slices == profile.compute_slices ? profile.name : ci.name + "." + profile.name},
         {"id", ci.id},
         {"slices", ci.slices},
         {"max_instances", ci.max_instances},

@@ -20,7 +20,8 @@ inline std::optional<geometry::Rules> ParseRulesOption(const std::string& driver
   auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), branch);
   if (error != std::errc() || branch < 100 || branch > 9999 ||
       (end != digits.data() + digits.size() && *end != '.')) {
-    PrintError("bad --driver '" + driver + "': expected a driver branch like R510, 525 or 525.85.12");
+    PrintError("bad --driver '" + driver +
+               "': expected a driver branch like R510, 525 or 525.85.12");
     return std::nullopt;
   }
   rules.driver_branch = branch;

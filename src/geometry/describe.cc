@@ -75,7 +75,8 @@ std::string Describe(const Shape& shape, std::span<const Placed> layout, const V
                 " has only once and is already taken";
       }
       if (profile != nullptr && profile->confidence.engines != hw::Confidence::kConfirmed) {
-        text += " (engine counts are " + std::string(hw::ToString(profile->confidence.engines)) + ")";
+        text +=
+            " (engine counts are " + std::string(hw::ToString(profile->confidence.engines)) + ")";
       }
       return text;
     }
@@ -99,8 +100,8 @@ std::string Describe(const Shape& shape, std::span<const Placed> layout, const V
     }
     case ViolationKind::kNoPlacement:
       return "no placement: these instances satisfy the counting rules but cannot be arranged "
-             "without overlap on " + gpu + "'s " + std::to_string(shape.units()) +
-             " placement units";
+             "without overlap on " +
+             gpu + "'s " + std::to_string(shape.units()) + " placement units";
     case ViolationKind::kTooManyInstances:
       return "too many instances: a GPU holds at most " + std::to_string(kMaxInstances);
   }

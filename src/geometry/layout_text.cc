@@ -11,8 +11,10 @@ namespace gpuslice::geometry {
 namespace {
 
 std::string Trim(std::string_view text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
+    text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+    text.remove_suffix(1);
   return std::string(text);
 }
 
@@ -88,9 +90,9 @@ absl::StatusOr<int> ResolveProfile(const Shape& shape, std::string_view token,
     std::optional<int> id = ParseInt(token);
     if (id) profile = shape.mig().FindProfileBySmiId(*id);
     if (profile == nullptr) {
-      return absl::NotFoundError(
-          "profile ID " + std::string(token) + " (in '" + std::string(item) +
-          "') does not exist on " + shape.model().id + "; its profiles are: " + ProfileList(shape));
+      return absl::NotFoundError("profile ID " + std::string(token) + " (in '" + std::string(item) +
+                                 "') does not exist on " + shape.model().id +
+                                 "; its profiles are: " + ProfileList(shape));
     }
   } else {
     profile = shape.mig().FindProfile(token);
@@ -105,7 +107,8 @@ absl::StatusOr<int> ResolveProfile(const Shape& shape, std::string_view token,
 }
 
 // Parses "NAME" or "NAME@START" / "NAME:START".
-absl::StatusOr<std::pair<std::string, int>> SplitStart(std::string_view text, std::string_view item) {
+absl::StatusOr<std::pair<std::string, int>> SplitStart(std::string_view text,
+                                                       std::string_view item) {
   const size_t at = text.find_last_of("@:");
   if (at == std::string_view::npos) return std::make_pair(Trim(text), -1);
   const std::string start_text = Trim(text.substr(at + 1));
@@ -182,10 +185,11 @@ absl::StatusOr<ParsedLayout> ParseLayout(const Shape& shape, std::string_view te
         const int index = ci_shape.Find(ci_name);
         if (index < 0) {
           std::string names;
-          for (const hw::CiProfile& ci : ci_shape.profiles()) names += (names.empty() ? "" : ", ") + ci.name;
-          return absl::NotFoundError("compute-instance profile '" + ci_name + "' in '" +
-                                            token + "' does not exist in a " +
-                                            shape.profile(*gi).name + " GPU instance; it has " + names);
+          for (const hw::CiProfile& ci : ci_shape.profiles())
+            names += (names.empty() ? "" : ", ") + ci.name;
+          return absl::NotFoundError("compute-instance profile '" + ci_name + "' in '" + token +
+                                     "' does not exist in a " + shape.profile(*gi).name +
+                                     " GPU instance; it has " + names);
         }
         cis[k].ci = index;
       }
@@ -206,8 +210,8 @@ absl::StatusOr<ParsedLayout> ParseLayout(const Shape& shape, std::string_view te
       const int ci = ci_shape.Find(ci_name->first);
       if (ci < 0) {
         return absl::NotFoundError("compute-instance profile '" + ci_name->first +
-                                          "' does not exist in a " + shape.profile(*gi).name +
-                                          " GPU instance");
+                                   "' does not exist in a " + shape.profile(*gi).name +
+                                   " GPU instance");
       }
       if (split->second >= 0) {
         return absl::InvalidArgumentError(
@@ -220,7 +224,8 @@ absl::StatusOr<ParsedLayout> ParseLayout(const Shape& shape, std::string_view te
         if (open != open_ci_group.end()) {
           LayoutItem& item = parsed.items[open->second];
           std::vector<std::uint8_t> wanted;
-          for (const CiItem& existing : item.cis) wanted.push_back(static_cast<std::uint8_t>(existing.ci));
+          for (const CiItem& existing : item.cis)
+            wanted.push_back(static_cast<std::uint8_t>(existing.ci));
           wanted.push_back(static_cast<std::uint8_t>(ci));
           if (ci_shape.Place(wanted)) {
             item.cis.push_back({ci, -1});
@@ -327,13 +332,14 @@ ResolvedLayout ResolveLayout(const Shape& shape, const ParsedLayout& parsed, con
     const LayoutItem& item = parsed.items[i];
     if (item.cis.empty()) continue;
     CiShape ci_shape(shape.mig(), shape.profile(item.profile));
-    const std::string where = shape.profile(item.profile).name + "@" +
-                              std::to_string(result.instances[i].start);
+    const std::string where =
+        shape.profile(item.profile).name + "@" + std::to_string(result.instances[i].start);
     const bool all_given = std::all_of(item.cis.begin(), item.cis.end(),
                                        [](const CiItem& ci) { return ci.start >= 0; });
     if (all_given) {
       for (const CiItem& ci : item.cis) {
-        result.cis[i].push_back({static_cast<std::uint8_t>(ci.ci), static_cast<std::uint8_t>(ci.start)});
+        result.cis[i].push_back(
+            {static_cast<std::uint8_t>(ci.ci), static_cast<std::uint8_t>(ci.start)});
       }
       if (std::optional<std::string> problem = ci_shape.Validate(result.cis[i])) {
         result.ci_problems.push_back(where + ": " + *problem);

@@ -11,9 +11,7 @@ namespace {
 
 constexpr int kPairingDriverBranch = 510;  // 4g + 3g together needs R510+ (MIG guide, concepts)
 
-UnitMask Span(int start, int size) {
-  return ((UnitMask{1} << size) - 1) << start;
-}
+UnitMask Span(int start, int size) { return ((UnitMask{1} << size) - 1) << start; }
 
 [[noreturn]] void Die(const char* message, const std::string& model) {
   std::fprintf(stderr, "gpuslice: internal error: %s (%s)\n", message, model.c_str());
@@ -75,8 +73,9 @@ Violation Shape::CanAddAnywhere(const Occupancy& occ, int profile, const Rules& 
   if (occ.count[static_cast<size_t>(profile)] >= r.cap) {
     return {ViolationKind::kInstanceCap, -1, -1, profile};
   }
-  if (r.variant == hw::MediaVariant::kMeAll ? occ.media_users > 0
-                                            : (occ.all_me > 0 && r.variant != hw::MediaVariant::kNoMe)) {
+  if (r.variant == hw::MediaVariant::kMeAll
+          ? occ.media_users > 0
+          : (occ.all_me > 0 && r.variant != hw::MediaVariant::kNoMe)) {
     return {ViolationKind::kMediaExclusive, -1, -1, profile};
   }
   if (occ.ofa + r.ofa > ofa_total_) return {ViolationKind::kMediaEngines, -1, -1, profile};
@@ -174,7 +173,8 @@ Violation Shape::CheckCounts(const Occupancy& existing, const Counts& wanted,
   }
   if (total > kMaxInstances) return {ViolationKind::kTooManyInstances};
   if (all_me > 0 && media_users > all_me) {
-    return {ViolationKind::kMediaExclusive, -1, -1, first_all_me >= 0 ? first_all_me : first_media_user};
+    return {ViolationKind::kMediaExclusive, -1, -1,
+            first_all_me >= 0 ? first_all_me : first_media_user};
   }
   if (all_me > 1) return {ViolationKind::kMediaExclusive, -1, -1, first_all_me};
   if (ofa > ofa_total_) return {ViolationKind::kMediaEngines, -1, -1, last_ofa_profile};
@@ -208,7 +208,8 @@ Violation Shape::Validate(std::span<const Placed> layout, const Rules& rules) co
     if ((used & mask) != 0) {
       for (size_t j = 0; j < i; ++j) {
         if ((MaskOf(layout[j].profile, layout[j].start) & mask) != 0) {
-          return {ViolationKind::kOverlap, static_cast<int>(i), static_cast<int>(j), placed.profile};
+          return {ViolationKind::kOverlap, static_cast<int>(i), static_cast<int>(j),
+                  placed.profile};
         }
       }
     }
@@ -234,8 +235,8 @@ std::vector<Violation> Shape::AllViolations(std::span<const Placed> layout,
   };
   for (int p = 0; p < profile_count_; ++p) {
     if (counts[static_cast<size_t>(p)] == 0) continue;
-    if (rules.driver_branch != 0 &&
-        (rule(p).min_driver > rules.driver_branch || mig().min_driver_branch > rules.driver_branch)) {
+    if (rules.driver_branch != 0 && (rule(p).min_driver > rules.driver_branch ||
+                                     mig().min_driver_branch > rules.driver_branch)) {
       out.push_back({ViolationKind::kProfileTooNew, last_index_of(p), -1, p});
     }
     if (counts[static_cast<size_t>(p)] > rule(p).cap) {
@@ -257,7 +258,8 @@ std::vector<Violation> Shape::AllViolations(std::span<const Placed> layout,
         const bool b_all = other.variant == hw::MediaVariant::kMeAll;
         if ((a_all && other.variant != hw::MediaVariant::kNoMe) ||
             (b_all && r.variant != hw::MediaVariant::kNoMe)) {
-          out.push_back({ViolationKind::kMediaExclusive, a_all ? static_cast<int>(i) : static_cast<int>(j),
+          out.push_back({ViolationKind::kMediaExclusive,
+                         a_all ? static_cast<int>(i) : static_cast<int>(j),
                          a_all ? static_cast<int>(j) : static_cast<int>(i), p});
           media_reported = true;
           break;
@@ -300,7 +302,8 @@ std::vector<Violation> Shape::AllViolations(std::span<const Placed> layout,
       for (size_t j = 0; j < i; ++j) {
         if ((MaskOf(layout[j].profile, layout[j].start) & mask) != 0 &&
             StartAllowed(layout[j].profile, layout[j].start)) {
-          out.push_back({ViolationKind::kOverlap, static_cast<int>(i), static_cast<int>(j), placed.profile});
+          out.push_back(
+              {ViolationKind::kOverlap, static_cast<int>(i), static_cast<int>(j), placed.profile});
           break;
         }
       }
@@ -348,7 +351,8 @@ bool Shape::Place(const Occupancy& existing, const Counts& wanted, const Rules& 
   if (out != nullptr) {
     out->clear();
     for (size_t i = 0; i < n; ++i) out->push_back({items[i], starts[i]});
-    std::sort(out->begin(), out->end(), [](const Placed& a, const Placed& b) { return a.start < b.start; });
+    std::sort(out->begin(), out->end(),
+              [](const Placed& a, const Placed& b) { return a.start < b.start; });
   }
   return true;
 }

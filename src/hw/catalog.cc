@@ -27,15 +27,15 @@ struct NvmlConst {
   MediaVariant variant;
 };
 constexpr NvmlConst kNvmlGiConstants[] = {
-    {"1_SLICE", 0x00, MediaVariant::kStandard},      {"2_SLICE", 0x01, MediaVariant::kStandard},
-    {"3_SLICE", 0x02, MediaVariant::kStandard},      {"4_SLICE", 0x03, MediaVariant::kStandard},
-    {"7_SLICE", 0x04, MediaVariant::kStandard},      {"8_SLICE", 0x05, MediaVariant::kStandard},
-    {"6_SLICE", 0x06, MediaVariant::kStandard},      {"1_SLICE_REV1", 0x07, MediaVariant::kMe},
-    {"2_SLICE_REV1", 0x08, MediaVariant::kMe},       {"1_SLICE_REV2", 0x09, MediaVariant::kStandard},
-    {"1_SLICE_GFX", 0x0A, MediaVariant::kGfx},       {"2_SLICE_GFX", 0x0B, MediaVariant::kGfx},
-    {"4_SLICE_GFX", 0x0C, MediaVariant::kGfx},       {"1_SLICE_NO_ME", 0x0D, MediaVariant::kNoMe},
-    {"2_SLICE_NO_ME", 0x0E, MediaVariant::kNoMe},    {"1_SLICE_ALL_ME", 0x0F, MediaVariant::kMeAll},
-    {"2_SLICE_ALL_ME", 0x10, MediaVariant::kMeAll},  {"3_SLICE_GFX", 0x11, MediaVariant::kGfx},
+    {"1_SLICE", 0x00, MediaVariant::kStandard},     {"2_SLICE", 0x01, MediaVariant::kStandard},
+    {"3_SLICE", 0x02, MediaVariant::kStandard},     {"4_SLICE", 0x03, MediaVariant::kStandard},
+    {"7_SLICE", 0x04, MediaVariant::kStandard},     {"8_SLICE", 0x05, MediaVariant::kStandard},
+    {"6_SLICE", 0x06, MediaVariant::kStandard},     {"1_SLICE_REV1", 0x07, MediaVariant::kMe},
+    {"2_SLICE_REV1", 0x08, MediaVariant::kMe},      {"1_SLICE_REV2", 0x09, MediaVariant::kStandard},
+    {"1_SLICE_GFX", 0x0A, MediaVariant::kGfx},      {"2_SLICE_GFX", 0x0B, MediaVariant::kGfx},
+    {"4_SLICE_GFX", 0x0C, MediaVariant::kGfx},      {"1_SLICE_NO_ME", 0x0D, MediaVariant::kNoMe},
+    {"2_SLICE_NO_ME", 0x0E, MediaVariant::kNoMe},   {"1_SLICE_ALL_ME", 0x0F, MediaVariant::kMeAll},
+    {"2_SLICE_ALL_ME", 0x10, MediaVariant::kMeAll}, {"3_SLICE_GFX", 0x11, MediaVariant::kGfx},
 };
 
 MediaVariant VariantFromName(std::string_view name) {
@@ -174,7 +174,8 @@ GiProfile ReadGiProfile(const YAML::Node& node, std::string_view origin, const s
     }
   }
   const std::string min_driver = map.String("min_driver", "");
-  if (!min_driver.empty()) profile.min_driver_branch = ParseDriverBranch(map, "min_driver", min_driver);
+  if (!min_driver.empty())
+    profile.min_driver_branch = ParseDriverBranch(map, "min_driver", min_driver);
   profile.confidence = ReadProfileConfidence(map);
   profile.note = map.String("note", "");
   map.Finish();
@@ -182,7 +183,8 @@ GiProfile ReadGiProfile(const YAML::Node& node, std::string_view origin, const s
 }
 
 CiProfile ReadCiProfile(const YAML::Node& node, std::string_view origin, const std::string& path,
-                        int gi_slices, std::map<std::string, std::vector<std::string>>* confirmed_on) {
+                        int gi_slices,
+                        std::map<std::string, std::vector<std::string>>* confirmed_on) {
   YamlMap map(node, origin, path);
   CiProfile ci;
   ci.name = map.String("name");
@@ -214,7 +216,8 @@ std::uint16_t ParsePciId(YamlMap& map, const std::string& text) {
   unsigned value = 0;
   auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value, 16);
   if (digits.size() != 4 || error != std::errc() || end != digits.data() + digits.size()) {
-    map.Fail("pci_device_ids", "expected a 16-bit hex device id like \"0x2330\", got '" + text + "'");
+    map.Fail("pci_device_ids",
+             "expected a 16-bit hex device id like \"0x2330\", got '" + text + "'");
   }
   return static_cast<std::uint16_t>(value);
 }
@@ -238,9 +241,9 @@ MigSpec ReadMigSpec(const YAML::Node& node, std::string_view origin, const std::
   YAML::Node profiles = map.Node("profiles");
   if (!profiles.IsSequence() || profiles.size() == 0) map.Fail("profiles", "expected a list");
   for (size_t i = 0; i < profiles.size(); ++i) {
-    mig.profiles.push_back(ReadGiProfile(
-        profiles[i], origin, map.PathOf("profiles") + "[" + std::to_string(i) + "]",
-        mig.placement_units));
+    mig.profiles.push_back(ReadGiProfile(profiles[i], origin,
+                                         map.PathOf("profiles") + "[" + std::to_string(i) + "]",
+                                         mig.placement_units));
   }
   std::set<std::string> names;
   std::set<int> smi_ids;
@@ -343,7 +346,8 @@ std::vector<std::vector<CiProfile>> ReadCiTable(
     const YAML::Node& node, std::string_view origin,
     std::map<std::string, std::vector<std::string>>* confirmed_on) {
   std::vector<std::vector<CiProfile>> table(9);
-  if (!node.IsMap()) util::ThrowYamlError(origin, node, "compute_instance_profiles", "expected a mapping");
+  if (!node.IsMap())
+    util::ThrowYamlError(origin, node, "compute_instance_profiles", "expected a mapping");
   for (auto it = node.begin(); it != node.end(); ++it) {
     const std::string key = it->first.Scalar();
     const std::string path = "compute_instance_profiles." + key;
@@ -459,8 +463,8 @@ absl::StatusOr<Catalog> Catalog::FromYaml(std::string_view yaml_text, std::strin
     YAML::Node gpus = top.Node("gpus");
     if (!gpus.IsSequence()) top.Fail("gpus", "expected a list of GPU models");
     for (size_t i = 0; i < gpus.size(); ++i) {
-      catalog.models_.push_back(ReadModel(gpus[i], origin, "gpus[" + std::to_string(i) + "]",
-                                          ci_table, ci_confirmed_on));
+      catalog.models_.push_back(
+          ReadModel(gpus[i], origin, "gpus[" + std::to_string(i) + "]", ci_table, ci_confirmed_on));
     }
     top.Finish();
   } catch (const util::YamlError& error) {
@@ -492,8 +496,8 @@ absl::Status Catalog::Validate(std::string_view origin) const {
       if (!inserted) {
         char hex[8];
         std::snprintf(hex, sizeof hex, "0x%04X", static_cast<unsigned>(pci));
-        return absl::InvalidArgumentError(std::string(origin) + ": PCI device id " + hex +
-                                          " of " + model.id + " is already used by " + it->second);
+        return absl::InvalidArgumentError(std::string(origin) + ": PCI device id " + hex + " of " +
+                                          model.id + " is already used by " + it->second);
       }
     }
   }

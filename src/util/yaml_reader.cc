@@ -93,7 +93,8 @@ std::vector<std::int64_t> YamlMap::IntList(std::string_view key, std::int64_t mi
   if (!value.IsDefined() || value.IsNull()) return out;
   if (!value.IsSequence()) ThrowYamlError(origin_, value, PathOf(key), "expected a list");
   for (size_t i = 0; i < value.size(); ++i) {
-    out.push_back(YamlInt(value[i], origin_, PathOf(key) + "[" + std::to_string(i) + "]", min, max));
+    out.push_back(
+        YamlInt(value[i], origin_, PathOf(key) + "[" + std::to_string(i) + "]", min, max));
   }
   return out;
 }
@@ -138,9 +139,9 @@ std::int64_t YamlInt(const YAML::Node& node, std::string_view origin, std::strin
     ThrowYamlError(origin, node, path, "expected an integer, got '" + text + "'");
   }
   if (value < min || value > max) {
-    ThrowYamlError(origin, node, path,
-                   "value " + text + " is outside [" + std::to_string(min) + ", " +
-                       std::to_string(max) + "]");
+    ThrowYamlError(
+        origin, node, path,
+        "value " + text + " is outside [" + std::to_string(min) + ", " + std::to_string(max) + "]");
   }
   return value;
 }

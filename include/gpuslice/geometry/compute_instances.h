@@ -52,7 +52,8 @@ class CiShape {
   const std::vector<hw::CiProfile>* profiles_;
 };
 
-// Splits a MIG device name such as "1c.3g.40gb" into ("1c", "3g.40gb"); nullopt if it has no CI part.
+// Splits a MIG device name such as "1c.3g.40gb" into ("1c", "3g.40gb"); nullopt if it has no CI
+// part.
 std::optional<std::pair<std::string, std::string>> SplitCiDeviceName(std::string_view name);
 
 }  // namespace gpuslice::geometry

@@ -22,14 +22,15 @@ ProfileSet BaseProfiles(const Shape& shape);
 ProfileSet AllProfiles(const Shape& shape);
 
 struct EnumerateOptions {
-  ProfileSet profiles;     // profiles that may appear (and that maximality is judged against)
+  ProfileSet profiles;  // profiles that may appear (and that maximality is judged against)
   bool maximal_only = false;
   bool include_empty = false;  // the layout with no instance
   Rules rules;
 };
 
 // Layouts sorted by start within each layout; the list is in the search's deterministic order.
-std::vector<std::vector<Placed>> EnumerateLayouts(const Shape& shape, const EnumerateOptions& options);
+std::vector<std::vector<Placed>> EnumerateLayouts(const Shape& shape,
+                                                  const EnumerateOptions& options);
 
 // True if no profile of `profiles` can be added to `occupancy`.
 bool IsMaximal(const Shape& shape, const Occupancy& occupancy, const ProfileSet& profiles,

@@ -37,18 +37,18 @@ struct CiItem {
 
 struct LayoutItem {
   int profile = 0;
-  int start = -1;            // -1: not given
-  std::vector<CiItem> cis;   // empty: one default CI spanning the GI
-  std::string text;          // the text the item came from, for messages
+  int start = -1;           // -1: not given
+  std::vector<CiItem> cis;  // empty: one default CI spanning the GI
+  std::string text;         // the text the item came from, for messages
 };
 
 struct ParsedLayout {
   std::vector<LayoutItem> items;
 };
 
-// Parses `text` against the profiles of `shape`'s model. A profile or CI profile this model does not
-// have is NotFound, naming the item and what exists instead ("profile ID 9 ... does not exist on
-// A30-24GB; its profiles are: ..."); malformed text is InvalidArgument.
+// Parses `text` against the profiles of `shape`'s model. A profile or CI profile this model does
+// not have is NotFound, naming the item and what exists instead ("profile ID 9 ... does not exist
+// on A30-24GB; its profiles are: ..."); malformed text is InvalidArgument.
 absl::StatusOr<ParsedLayout> ParseLayout(const Shape& shape, std::string_view text);
 
 enum class PlacementMethod {
@@ -58,13 +58,14 @@ enum class PlacementMethod {
 };
 
 struct ResolvedLayout {
-  std::vector<Placed> instances;             // in item order
-  std::vector<std::vector<CiPlaced>> cis;    // per instance; empty vector = default CI
+  std::vector<Placed> instances;           // in item order
+  std::vector<std::vector<CiPlaced>> cis;  // per instance; empty vector = default CI
   PlacementMethod method = PlacementMethod::kExplicit;
-  // When the driver's default placement in the given order fails: the index of the item it fails at.
+  // When the driver's default placement in the given order fails: the index of the item it fails
+  // at.
   int default_order_fails_at = -1;
-  std::vector<Violation> violations;         // empty = valid
-  std::vector<std::string> ci_problems;      // CI split problems, with the GI they concern
+  std::vector<Violation> violations;     // empty = valid
+  std::vector<std::string> ci_problems;  // CI split problems, with the GI they concern
   bool valid() const { return violations.empty() && ci_problems.empty(); }
 };
 

@@ -1,16 +1,18 @@
 // gpuslice/geometry/shape.h
 //
 // The MIG layout rules of one GPU model, compiled for speed, and the operations every other layer
-// builds on: validating a layout, placing a multiset of GPU-instance profiles exactly, simulating the
-// driver's default placement, and counting the free capacity per profile.
+// builds on: validating a layout, placing a multiset of GPU-instance profiles exactly, simulating
+// the driver's default placement, and counting the free capacity per profile.
 //
 // The rules (docs/ARCHITECTURE.md, ../shared/reference/mig-facts.md §3.1):
-//   * an instance of profile P occupies placement units [start, start + P.placement_size), and start
+//   * an instance of profile P occupies placement units [start, start + P.placement_size), and
+//   start
 //     must be one of P's allowed starts;
 //   * instances may not overlap;
 //   * at most P.max_instances instances of P;
 //   * a "+me.all" instance takes every media engine: only "-me" instances may coexist with it;
-//   * the GPU's JPEG and OFA engines are not shared: the instances' JPEG/OFA counts may not add up to
+//   * the GPU's JPEG and OFA engines are not shared: the instances' JPEG/OFA counts may not add up
+//   to
 //     more than the full-GPU profile has (this is what limits "+me" profiles to one instance);
 //   * with an explicit driver version (Rules::driver_branch): profiles newer than the driver are
 //     unavailable, and a 4-slice GI beside a 3-slice GI needs R510 or newer.
@@ -54,15 +56,15 @@ struct Rules {
 
 enum class ViolationKind : std::uint8_t {
   kNone = 0,
-  kStartNotAllowed,    // `instance` starts where its profile cannot
-  kOverlap,            // `instance` overlaps `other`
-  kInstanceCap,        // more instances of `profile` than it allows
-  kMediaExclusive,     // a "+me.all" instance (`instance`) beside one that is not "-me" (`other`)
-  kMediaEngines,       // JPEG/OFA engines over-committed (`profile` is the last one that needs them)
-  kProfileTooNew,      // `profile` needs a newer driver than Rules::driver_branch
-  kDriverPairing,      // 4-slice beside 3-slice GI before R510 (`instance`, `other`)
-  kNoPlacement,        // a multiset fits the rules but no arrangement of placements exists
-  kTooManyInstances,   // more than kMaxInstances instances
+  kStartNotAllowed,   // `instance` starts where its profile cannot
+  kOverlap,           // `instance` overlaps `other`
+  kInstanceCap,       // more instances of `profile` than it allows
+  kMediaExclusive,    // a "+me.all" instance (`instance`) beside one that is not "-me" (`other`)
+  kMediaEngines,      // JPEG/OFA engines over-committed (`profile` is the last one that needs them)
+  kProfileTooNew,     // `profile` needs a newer driver than Rules::driver_branch
+  kDriverPairing,     // 4-slice beside 3-slice GI before R510 (`instance`, `other`)
+  kNoPlacement,       // a multiset fits the rules but no arrangement of placements exists
+  kTooManyInstances,  // more than kMaxInstances instances
 };
 
 // The first broken rule. Fields not meaningful for a kind are -1.
@@ -81,10 +83,10 @@ struct Occupancy {
   std::uint8_t jpeg = 0;
   std::uint8_t ofa = 0;
   std::uint8_t instances = 0;
-  std::uint8_t all_me = 0;        // "+me.all" instances
-  std::uint8_t media_users = 0;   // instances that are not "-me"
-  std::uint8_t four_slice = 0;    // instances with 4 compute slices
-  std::uint8_t three_slice = 0;   // instances with 3 compute slices
+  std::uint8_t all_me = 0;       // "+me.all" instances
+  std::uint8_t media_users = 0;  // instances that are not "-me"
+  std::uint8_t four_slice = 0;   // instances with 4 compute slices
+  std::uint8_t three_slice = 0;  // instances with 3 compute slices
 };
 
 class Shape {
@@ -115,8 +117,8 @@ class Shape {
   void Add(Occupancy& occupancy, int profile, int start) const;
   void Remove(Occupancy& occupancy, int profile, int start) const;
 
-  // Validates a whole layout. Multiset rules (cap, media, driver) are reported before geometric ones
-  // (start, overlap), so the reason is the most fundamental one.
+  // Validates a whole layout. Multiset rules (cap, media, driver) are reported before geometric
+  // ones (start, overlap), so the reason is the most fundamental one.
   Violation Validate(std::span<const Placed> layout, const Rules& rules = {}) const;
   // Every broken rule, for explanations (one entry per distinct problem).
   std::vector<Violation> AllViolations(std::span<const Placed> layout,
@@ -124,8 +126,8 @@ class Shape {
   // Multiset rules only: cap, media engines, driver, and a quick capacity bound.
   Violation CheckCounts(const Occupancy& existing, const Counts& wanted, const Rules& rules) const;
 
-  // Places `wanted` (a multiset) on a GPU already holding `existing`, exactly: returns placements for
-  // the wanted instances if any arrangement exists, independent of any order, else nullopt. The
+  // Places `wanted` (a multiset) on a GPU already holding `existing`, exactly: returns placements
+  // for the wanted instances if any arrangement exists, independent of any order, else nullopt. The
   // answer is deterministic (bigger profiles first, lowest starts first). `out` receives the new
   // instances (profile-sorted).
   bool Place(const Occupancy& existing, const Counts& wanted, const Rules& rules,
@@ -179,7 +181,8 @@ class Shape {
   std::array<std::uint8_t, kMaxProfiles> size_order_{};  // profiles by size, largest first
 };
 
-// A readable one-line reason, e.g. "4g.40gb: at most 1 instance allowed on H100-80GB, layout has 2".
+// A readable one-line reason, e.g. "4g.40gb: at most 1 instance allowed on H100-80GB, layout has
+// 2".
 std::string Describe(const Shape& shape, std::span<const Placed> layout, const Violation& violation,
                      const Rules& rules = {});
 

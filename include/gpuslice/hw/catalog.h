@@ -1,8 +1,9 @@
 // gpuslice/hw/catalog.h
 //
 // The catalog of GPU models gpuslice knows. The built-in catalog is the file src/hw/data/gpus.yaml,
-// embedded in the binary at build time; adding a GPU model is adding one entry there (docs/CATALOG.md).
-// Users may load more models from their own file with the same format (Catalog::FromYaml + Merge).
+// embedded in the binary at build time; adding a GPU model is adding one entry there
+// (docs/CATALOG.md). Users may load more models from their own file with the same format
+// (Catalog::FromYaml + Merge).
 //
 // Thread-safety: a Catalog is immutable once built; Builtin() is initialised once, thread-safely.
 #pragma once
@@ -19,8 +20,8 @@ namespace gpuslice::hw {
 
 class Catalog {
  public:
-  // The catalog embedded in the binary. Aborts with a message if the embedded data is invalid, which
-  // the test suite rules out (tests/hw/catalog_test.cc).
+  // The catalog embedded in the binary. Aborts with a message if the embedded data is invalid,
+  // which the test suite rules out (tests/hw/catalog_test.cc).
   static const Catalog& Builtin();
 
   // Parses a catalog file. `origin` names the file in error messages. Strict: unknown keys, missing

@@ -1,12 +1,13 @@
 // gpuslice/hw/gpu_model.h
 //
 // The facts gpuslice knows about one GPU model: identity (names, PCI ids), memory and SMs, and for
-// MIG-capable models every GPU-instance (GI) profile with its placements and the compute-instance (CI)
-// profiles that fit inside each GI. These are plain values: they are built once by the catalog loader
-// (gpuslice/hw/catalog.h) and never change afterwards, so they are safe to share between threads.
+// MIG-capable models every GPU-instance (GI) profile with its placements and the compute-instance
+// (CI) profiles that fit inside each GI. These are plain values: they are built once by the catalog
+// loader (gpuslice/hw/catalog.h) and never change afterwards, so they are safe to share between
+// threads.
 //
-// Every fact carries a Confidence, because NVIDIA publishes some numbers only through captures of real
-// hardware and others not at all (see docs/CATALOG.md). Users always see how sure we are.
+// Every fact carries a Confidence, because NVIDIA publishes some numbers only through captures of
+// real hardware and others not at all (see docs/CATALOG.md). Users always see how sure we are.
 #pragma once
 
 #include <array>
@@ -69,11 +70,11 @@ struct GiProfile {
   std::string name;                  // as nvidia-smi prints it without "MIG ", e.g. "1g.10gb+me"
   std::vector<std::string> aliases;  // names other drivers used for the same profile ("7g.79gb")
   int smi_id = 0;                    // nvidia-smi profile ID == nvmlGpuInstanceProfileInfo_t.id
-  int nvml_const = 0;                // NVML_GPU_INSTANCE_PROFILE_* value used to look the profile up
-  std::string nvml_const_name;       // e.g. "NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1"
-  int compute_slices = 0;            // the "g" of the name
-  int placement_size = 0;            // placement units (memory slices) the instance occupies
-  std::int64_t memory_mib = 0;       // nvmlGpuInstanceProfileInfo_t.memorySizeMB
+  int nvml_const = 0;           // NVML_GPU_INSTANCE_PROFILE_* value used to look the profile up
+  std::string nvml_const_name;  // e.g. "NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1"
+  int compute_slices = 0;       // the "g" of the name
+  int placement_size = 0;       // placement units (memory slices) the instance occupies
+  std::int64_t memory_mib = 0;  // nvmlGpuInstanceProfileInfo_t.memorySizeMB
   std::vector<AlternateMemory> memory_alt;
   int sms = 0;
   EngineCounts engines;

@@ -26,8 +26,8 @@ class YamlError : public std::runtime_error {
 };
 
 // "origin:line: path: message" (line is 1-based; omitted when the node has no position).
-[[noreturn]] void ThrowYamlError(std::string_view origin, const YAML::Node& at, std::string_view path,
-                                 std::string_view message);
+[[noreturn]] void ThrowYamlError(std::string_view origin, const YAML::Node& at,
+                                 std::string_view path, std::string_view message);
 
 // A YAML mapping read field by field. Call Finish() when done to reject unknown keys.
 class YamlMap {
