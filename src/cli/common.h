@@ -77,5 +77,8 @@ void AddGpusCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddProfilesCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddLayoutsCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddCheckCommand(CLI::App& app, const GlobalOptions& global, Action* action);
+void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action);
+void AddApplyCommands(CLI::App& app, const GlobalOptions& global, Action* action);
+void AddStatusCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 
 }  // namespace gpuslice::cli

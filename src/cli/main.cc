@@ -11,7 +11,13 @@ int main(int argc, char** argv) {
       "  gpuslice gpus                        GPU models known, with and without MIG\n"
       "  gpuslice profiles H100-80GB          a model's MIG profiles and placements\n"
       "  gpuslice layouts A100-80GB --maximal every layout nothing more fits into\n"
-      "  gpuslice check A100-40GB 9,19,19     is a layout valid, where does each instance go\n",
+      "  gpuslice check A100-40GB 9,19,19     is a layout valid, where does each instance go\n\n"
+      "Apply layouts (local GPUs through NVML, or a simulated machine with --sim FILE):\n"
+      "  gpuslice sim create m.json 2xH100-80GB   make a simulated machine\n"
+      "  gpuslice apply -f mig.yaml -c NAME   apply a mig-parted config (exact placements, safe)\n"
+      "  gpuslice assert -f mig.yaml -c NAME  check it is applied\n"
+      "  gpuslice export                      the current layout as a mig-parted config\n"
+      "  gpuslice status                      instances, UUIDs, memory and processes per GPU\n",
       "gpuslice");
   app.require_subcommand(1);
   app.set_version_flag("--version", "gpuslice 0.1.0");
@@ -25,6 +31,9 @@ int main(int argc, char** argv) {
   AddProfilesCommand(app, global, &action);
   AddLayoutsCommand(app, global, &action);
   AddCheckCommand(app, global, &action);
+  AddSimCommand(app, global, &action);
+  AddApplyCommands(app, global, &action);
+  AddStatusCommand(app, global, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -1,0 +1,92 @@
+// gpuslice/device/nvml_backend.h
+//
+// device::Backend over the real NVIDIA driver: libnvidia-ml.so.1 is loaded at run time with
+// dlopen, so gpuslice builds and runs on machines without a driver (it then reports a clear error
+// and points to the simulator). Every failed NVML call becomes an absl::Status carrying its NVML
+// code (gpuslice/device/nvml_codes.h) and saying what was attempted.
+//
+// Behaviour matches SimBackend (the conformance suite runs both), with these NVML specifics:
+//   * GI profiles are discovered with nvmlDeviceGetGpuInstanceProfileInfo over every
+//     NVML_GPU_INSTANCE_PROFILE_* constant; profile ids in and out are nvidia-smi ids (info.id);
+//   * a CI's MIG UUID comes from the MIG device handle with that (GI, CI) pair;
+//   * ResetGpu uses the test library's `gpusliceTestResetGpu` when the loaded library exports it,
+//     else runs `nvidia-smi --gpu-reset -i N` (NVML has no public reset); likewise
+//     TerminateProcess uses `gpusliceTestTerminateProcess` on the test library;
+//   * ListGpuHolders cannot ask NVML: it scans /proc/*/comm for nvidia-persistenced,
+//     nv-hostengine, dcgm*, nvsm* and nv-fabricmanager, and reports the nvidia_drm module when
+//     /sys/module/nvidia_drm exists. These are machine-wide, not per GPU.
+//
+// The library is initialised (nvmlInit_v2) by Load and shut down (nvmlShutdown) by the destructor.
+// Not thread-safe (like every Backend); NVML itself is, so several NvmlBackends may coexist.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "gpuslice/device/backend.h"
+#include "gpuslice/hw/catalog.h"
+
+namespace gpuslice::device {
+
+namespace nvml {
+struct Api;
+}  // namespace nvml
+
+class NvmlBackend : public Backend {
+ public:
+  // Environment variable that names the library to load instead of libnvidia-ml.so.1.
+  static constexpr char kLibraryEnv[] = "GPUSLICE_NVML_LIBRARY";
+  static constexpr char kDefaultLibrary[] = "libnvidia-ml.so.1";
+
+  // Loads `library` (default: $GPUSLICE_NVML_LIBRARY, else libnvidia-ml.so.1), resolves every NVML
+  // function gpuslice uses and initialises NVML. Errors: Unavailable when the library cannot be
+  // loaded (with a hint to use --sim); FUNCTION_NOT_FOUND naming a missing function (driver too
+  // old); the nvmlInit_v2 code (e.g. DRIVER_NOT_LOADED). `catalog` must outlive the backend.
+  static absl::StatusOr<std::unique_ptr<NvmlBackend>> Load(const hw::Catalog& catalog,
+                                                           std::string library = "");
+  ~NvmlBackend() override;
+  NvmlBackend(const NvmlBackend&) = delete;
+  NvmlBackend& operator=(const NvmlBackend&) = delete;
+
+  std::string Describe() const override;
+  absl::StatusOr<std::string> DriverVersion() override;
+  absl::StatusOr<std::vector<GpuInfo>> ListGpus() override;
+  absl::StatusOr<std::vector<GpuInstanceInfo>> ListGpuInstances(int gpu) override;
+  absl::StatusOr<std::vector<ComputeInstanceInfo>> ListComputeInstances(int gpu, int gi) override;
+  absl::StatusOr<GpuInstanceInfo> CreateGpuInstance(int gpu, int profile_id,
+                                                    std::optional<int> start) override;
+  absl::StatusOr<ComputeInstanceInfo> CreateComputeInstance(int gpu, int gi, int ci_profile_id,
+                                                            std::optional<int> start) override;
+  absl::Status DestroyGpuInstance(int gpu, int gi) override;
+  absl::Status DestroyComputeInstance(int gpu, int gi, int ci) override;
+  absl::StatusOr<MigModeChange> SetMigMode(int gpu, MigMode mode) override;
+  absl::Status ResetGpu(int gpu) override;
+  absl::StatusOr<std::vector<ProcessInfo>> ListProcesses(int gpu) override;
+  absl::StatusOr<MemoryInfo> GetMemory(int gpu, std::optional<int> gi,
+                                       std::optional<int> ci) override;
+  absl::StatusOr<std::vector<std::string>> ListGpuHolders(int gpu) override;
+  // On the real driver: Backend's default (SIGTERM, then SIGKILL). On the test NVML library, whose
+  // processes are simulated, its gpusliceTestTerminateProcess hook; never a real signal there.
+  absl::Status TerminateProcess(std::uint32_t pid, int grace_seconds) override;
+
+  // The path given to dlopen.
+  const std::string& library() const { return library_; }
+  // For tests: where ListGpuHolders looks for processes ("/proc") and kernel modules
+  // ("/sys/module").
+  void SetHostRoots(std::string proc_root, std::string sys_module_root);
+
+ private:
+  NvmlBackend(const hw::Catalog& catalog, std::string library, void* handle,
+              std::unique_ptr<nvml::Api> api);
+
+  const hw::Catalog& catalog_;
+  std::string library_;
+  void* handle_ = nullptr;  // from dlopen
+  std::unique_ptr<nvml::Api> api_;
+  bool initialized_ = false;
+  std::string driver_version_;  // cached for Describe()
+  std::string proc_root_ = "/proc";
+  std::string sys_module_root_ = "/sys/module";
+};
+
+}  // namespace gpuslice::device

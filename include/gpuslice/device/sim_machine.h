@@ -1,0 +1,152 @@
+// gpuslice/device/sim_machine.h
+//
+// A simulated GPU machine that behaves like the NVIDIA driver for everything MIG
+// (../shared/reference/mig-facts.md §0 and §4):
+//   * MIG mode is two-phase: SetMigMode records a pending mode, which becomes current at once
+//     when nothing holds the GPU (the driver resets it itself), otherwise it stays pending until a
+//     ResetGpu succeeds. A reset is refused (IN_USE) while a process or a holder (e.g.
+//     nvidia-persistenced) is on the GPU, and is NOT_SUPPORTED where the GPU cannot be reset
+//     (passthrough VM). A reset destroys every instance.
+//   * GPU instances are created at an explicit placement or, without one, where the driver's
+//     default heuristic puts them (geometry::Shape::DefaultStart). Overlap, caps and media-engine
+//     rules give INSUFFICIENT_RESOURCES; a placement the profile does not allow, INVALID_ARGUMENT.
+//   * GI ids follow the placement (full 0, halves 1-2, quarters 3-6, eighths 7-14); CI ids are the
+//     lowest free id of the GI; every CI gets a MIG UUID that stays for its life.
+//   * Destroying a GI with compute instances or processes, or a CI with processes, is IN_USE.
+//   * Profile ids are nvidia-smi ids; NVML constants are used only to look profiles up.
+//   * Fault injection: every call is counted; a FaultRule makes call N, or the calls whose name
+//     contains a text, fail with an NVML code or abort the process.
+//
+// SimState is plain data (serialised as JSON by gpuslice/device/sim_store.h). SimMachine applies
+// the rules to one SimState; it is not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gpuslice/device/backend.h"
+#include "gpuslice/device/nvml_codes.h"
+#include "gpuslice/hw/catalog.h"
+
+namespace gpuslice::device::sim {
+
+struct SimCi {
+  int id = 0;
+  int profile_id = 0;
+  int start = 0;
+  int size = 0;
+  std::string uuid;
+};
+
+struct SimGi {
+  int id = 0;
+  int profile_id = 0;
+  int start = 0;
+  int size = 0;
+  std::vector<SimCi> cis;
+};
+
+struct SimProcess {
+  std::uint32_t pid = 0;
+  std::string name;
+  std::int64_t used_mib = 0;
+  int gi = -1;  // MIG on: the GI and CI it runs in
+  int ci = -1;
+};
+
+struct SimGpu {
+  int index = 0;
+  std::string model_id;  // catalog id
+  std::string uuid;
+  std::string name;
+  std::uint16_t pci_device_id = 0;
+  std::string bus_id;
+  std::int64_t memory_total_mib = 0;
+  bool mig_capable = false;
+  MigMode mig_current = MigMode::kDisabled;
+  MigMode mig_pending = MigMode::kDisabled;
+  bool reset_supported = true;
+  std::vector<SimGi> gis;                 // ordered by GI id
+  std::vector<SimProcess> processes;
+  std::vector<std::string> holders;       // clients that block a reset
+};
+
+struct FaultRule {
+  std::int64_t at_call = 0;  // fire on this call number (1-based, counted from when armed); 0 = any
+  std::string match;         // fire on calls whose name contains this; "" = any
+  int code = kNvmlUnknown;   // the NVML code the call fails with
+  bool abort_process = false;
+  int times = 1;             // how many times it fires; -1 = always
+};
+
+struct SimState {
+  std::string driver_version = "580.65.06";
+  std::vector<SimGpu> gpus;
+  std::int64_t calls = 0;       // calls since the faults were armed
+  std::vector<FaultRule> faults;
+  std::uint64_t uuid_counter = 0;
+  std::uint64_t seed = 1;
+};
+
+// Makes a machine from a fleet spec such as "2xH100-80GB,1xA100-40GB" or "H100,A30" (GPU models
+// resolved through the catalog, in order). Errors name the unknown model and suggest others.
+absl::StatusOr<SimState> NewMachine(const hw::Catalog& catalog, std::string_view spec,
+                                    std::uint64_t seed = 1);
+
+class SimMachine {
+ public:
+  // `state` and `catalog` must outlive the machine.
+  SimMachine(SimState& state, const hw::Catalog& catalog);
+
+  // Called just before an injected abort, so that a persistent store can save the state first
+  // (the aborted call itself has not taken effect).
+  void set_before_abort(std::function<void()> hook) { before_abort_ = std::move(hook); }
+
+  // Counts one call named `call` and applies the fault rules: returns the NVML code of a rule that
+  // fires (and the caller must then fail without changing anything), aborts the process for an
+  // abort rule, else 0. Every public call of a backend goes through this first.
+  int Enter(std::string_view call);
+
+  int GpuCount() const { return static_cast<int>(state_.gpus.size()); }
+  // The whole state, for simulation controls (fault rules, passthrough) and tests.
+  SimState& state() { return state_; }
+  const std::string& driver_version() const { return state_.driver_version; }
+  // nullptr if out of range.
+  const SimGpu* Gpu(int index) const;
+  const hw::GpuModel* ModelOf(int gpu) const;
+  const SimGi* Gi(int gpu, int gi) const;
+
+  int SetMigMode(int gpu, MigMode mode, MigModeChange* change);
+  int ResetGpu(int gpu);
+  int CreateGi(int gpu, int profile_id, std::optional<int> start, int* gi_id);
+  int CreateCi(int gpu, int gi, int ci_profile_id, std::optional<int> start, int* ci_id);
+  int DestroyGi(int gpu, int gi);
+  int DestroyCi(int gpu, int gi, int ci);
+  // Free count of a GI profile (nvmlDeviceGetGpuInstanceRemainingCapacity).
+  int RemainingGiCapacity(int gpu, int profile_id, int* count) const;
+  int RemainingCiCapacity(int gpu, int gi, int ci_profile_id, int* count) const;
+  int Memory(int gpu, std::optional<int> gi, std::optional<int> ci, MemoryInfo* out) const;
+
+  // Simulation controls (not NVML): attach processes and holders to make GPUs "busy".
+  // A process needs a CI when MIG is on (gi/ci given), and none when it is off.
+  int AddProcess(int gpu, const SimProcess& process);
+  int RemoveProcess(std::uint32_t pid);
+  int AddHolder(int gpu, const std::string& name);
+  int RemoveHolder(int gpu, const std::string& name);
+
+ private:
+  SimGpu* MutableGpu(int index);
+  SimGi* MutableGi(int gpu, int gi);
+  std::string NewUuid(std::string_view prefix);
+
+  SimState& state_;
+  const hw::Catalog& catalog_;
+  std::function<void()> before_abort_;
+};
+
+}  // namespace gpuslice::device::sim

@@ -1,0 +1,242 @@
+// gpuslice sim …: make and control simulated machines, so that every device command can be tried
+// and tested without a GPU (`--sim STATE_FILE` or GPUSLICE_SIM on apply, assert, export, status).
+#include <iostream>
+
+#include "common.h"
+#include "gpuslice/device/nvml_codes.h"
+#include "gpuslice/device/sim_store.h"
+
+namespace gpuslice::cli {
+namespace {
+
+using device::sim::SimMachine;
+using device::sim::SimState;
+using device::sim::SimStore;
+
+struct SimOptions {
+  std::string state;
+  std::string spec;
+  bool force = false;
+  std::uint64_t seed = 1;
+  std::string driver = "580.65.06";
+  // process / holder / fault / passthrough
+  int gpu = 0;
+  int gi = -1;
+  int ci = -1;
+  std::uint32_t pid = 0;
+  std::int64_t memory_mib = 0;
+  std::string name;
+  std::int64_t at_call = 0;
+  std::string match;
+  std::string code = "UNKNOWN";
+  bool abort_process = false;
+  int times = 1;
+  std::string on_off;
+};
+
+// Runs `fn` on the state under the store's lock; `fn` returns an NVML code or a message.
+int Mutate(const GlobalOptions& global, const std::string& path, const std::string& what,
+           const std::function<std::string(SimState&, SimMachine&)>& fn) {
+  const hw::Catalog* catalog = LoadCatalog(global);
+  if (catalog == nullptr) return kExitBadInput;
+  absl::StatusOr<std::unique_ptr<SimStore>> store = SimStore::Open(path);
+  if (!store.ok()) {
+    PrintError(std::string(store.status().message()));
+    return kExitBadInput;
+  }
+  std::string error;
+  absl::Status status = (*store)->Update([&](SimState& state, const std::function<void()>&) {
+    SimMachine machine(state, *catalog);
+    error = fn(state, machine);
+    return error.empty();
+  });
+  if (!status.ok()) error = std::string(status.message());
+  if (!error.empty()) {
+    PrintError(what + ": " + error);
+    return kExitBadInput;
+  }
+  return kExitOk;
+}
+
+std::string CodeText(int code) {
+  return code == device::kNvmlSuccess ? "" : device::NvmlCodeName(code) + " — " + device::NvmlCodeMessage(code);
+}
+
+int Create(const GlobalOptions& global, const SimOptions& options) {
+  const hw::Catalog* catalog = LoadCatalog(global);
+  if (catalog == nullptr) return kExitBadInput;
+  absl::StatusOr<SimState> state = device::sim::NewMachine(*catalog, options.spec, options.seed);
+  if (!state.ok()) {
+    PrintError(std::string(state.status().message()));
+    return kExitBadInput;
+  }
+  state->driver_version = options.driver;
+  if (absl::Status status = SimStore::Create(options.state, *state, options.force); !status.ok()) {
+    PrintError(std::string(status.message()));
+    return kExitBadInput;
+  }
+  std::cout << "Simulated machine " << options.state << " (driver " << state->driver_version << "):\n";
+  for (const device::sim::SimGpu& gpu : state->gpus) {
+    std::cout << "  GPU " << gpu.index << ": " << gpu.name << " (" << gpu.model_id << "), "
+              << gpu.uuid << ", " << (gpu.mig_capable ? "MIG-capable, MIG disabled" : "no MIG") << "\n";
+  }
+  std::cout << "\nUse it with --sim " << options.state << " or export GPUSLICE_SIM=" << options.state
+            << ", e.g.\n  gpuslice status --sim " << options.state
+            << "\n  gpuslice apply --sim " << options.state << " -f mig-config.yaml -c all-balanced\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
+  auto options = std::make_shared<SimOptions>();
+  CLI::App* sim = app.add_subcommand(
+      "sim", "Make and control simulated GPU machines (for trying gpuslice and for tests without "
+             "a GPU). Device commands use one with --sim STATE_FILE or GPUSLICE_SIM.");
+  sim->require_subcommand(1);
+
+  CLI::App* create = sim->add_subcommand("create", "Make a simulated machine from a fleet spec");
+  create->add_option("STATE_FILE", options->state, "State file to write")->required();
+  create->add_option("SPEC", options->spec,
+                     "GPUs, e.g. 2xH100-80GB,1xA100-40GB (models as `gpuslice gpus` lists them)")
+      ->required();
+  create->add_flag("--force", options->force, "Replace an existing state file");
+  create->add_option("--seed", options->seed, "Seed for UUIDs (default 1)");
+  create->add_option("--driver", options->driver, "Driver version to report (default 580.65.06)");
+  create->callback([&global, options, action] {
+    *action = [&global, options] { return Create(global, *options); };
+  });
+
+  CLI::App* show = sim->add_subcommand("show", "Print a simulated machine's state file (JSON)");
+  show->add_option("STATE_FILE", options->state, "State file")->required();
+  show->callback([&global, options, action] {
+    *action = [&global, options] {
+      absl::StatusOr<std::unique_ptr<SimStore>> store = SimStore::Open(options->state);
+      if (!store.ok()) {
+        PrintError(std::string(store.status().message()));
+        return kExitBadInput;
+      }
+      absl::StatusOr<SimState> state = (*store)->Read();
+      if (!state.ok()) {
+        PrintError(std::string(state.status().message()));
+        return kExitBadInput;
+      }
+      (void)global;
+      std::cout << device::sim::ToJson(*state);
+      return kExitOk;
+    };
+  });
+
+  CLI::App* process = sim->add_subcommand("process", "Attach or detach a simulated GPU process");
+  process->require_subcommand(1);
+  CLI::App* add_process = process->add_subcommand(
+      "add", "Attach a process to a GPU (MIG off) or to a compute instance (MIG on: --gi and --ci)");
+  add_process->add_option("STATE_FILE", options->state, "State file")->required();
+  add_process->add_option("--gpu", options->gpu, "GPU index")->required();
+  add_process->add_option("--gi", options->gi, "GPU instance id (MIG on)");
+  add_process->add_option("--ci", options->ci, "Compute instance id (MIG on)");
+  add_process->add_option("--pid", options->pid, "Process id")->required();
+  add_process->add_option("--memory", options->memory_mib, "GPU memory used, MiB")->required();
+  add_process->add_option("--name", options->name, "Process name (default python)");
+  add_process->callback([&global, options, action] {
+    *action = [&global, options] {
+      return Mutate(global, options->state, "sim process add", [&](SimState&, SimMachine& machine) {
+        device::sim::SimProcess p{options->pid, options->name.empty() ? "python" : options->name,
+                                  options->memory_mib, options->gi, options->ci};
+        return CodeText(machine.AddProcess(options->gpu, p));
+      });
+    };
+  });
+  CLI::App* remove_process = process->add_subcommand("remove", "Detach a process (as if it exited)");
+  remove_process->add_option("STATE_FILE", options->state, "State file")->required();
+  remove_process->add_option("PID", options->pid, "Process id")->required();
+  remove_process->callback([&global, options, action] {
+    *action = [&global, options] {
+      return Mutate(global, options->state, "sim process remove", [&](SimState&, SimMachine& machine) {
+        return CodeText(machine.RemoveProcess(options->pid));
+      });
+    };
+  });
+
+  CLI::App* holder = sim->add_subcommand(
+      "holder", "Add or remove a client that holds a GPU and blocks its reset (e.g. nvidia-persistenced)");
+  holder->require_subcommand(1);
+  for (const char* verb : {"add", "remove"}) {
+    CLI::App* command = holder->add_subcommand(verb, std::string(verb) + " a holder");
+    command->add_option("STATE_FILE", options->state, "State file")->required();
+    command->add_option("--gpu", options->gpu, "GPU index")->required();
+    command->add_option("NAME", options->name, "Holder, e.g. nvidia-persistenced")->required();
+    const bool add = std::string(verb) == "add";
+    command->callback([&global, options, action, add] {
+      *action = [&global, options, add] {
+        return Mutate(global, options->state, add ? "sim holder add" : "sim holder remove",
+                      [&](SimState&, SimMachine& machine) {
+                        return CodeText(add ? machine.AddHolder(options->gpu, options->name)
+                                            : machine.RemoveHolder(options->gpu, options->name));
+                      });
+      };
+    });
+  }
+
+  CLI::App* fault = sim->add_subcommand("fault", "Inject failures into the simulated driver");
+  fault->require_subcommand(1);
+  CLI::App* add_fault = fault->add_subcommand(
+      "add", "Make call N (counted from now) or calls whose name contains TEXT fail with an NVML "
+             "code, or abort the process there");
+  add_fault->add_option("STATE_FILE", options->state, "State file")->required();
+  add_fault->add_option("--call", options->at_call, "Fire on this call number (1 = the next call)");
+  add_fault->add_option("--match", options->match,
+                        "Fire on calls whose name contains this (e.g. CreateGpuInstance)");
+  add_fault->add_option("--code", options->code, "NVML code, e.g. IN_USE, INSUFFICIENT_RESOURCES, 999");
+  add_fault->add_flag("--abort", options->abort_process, "Abort the calling process instead");
+  add_fault->add_option("--times", options->times, "How often it fires (-1 = always; default 1)");
+  add_fault->callback([&global, options, action] {
+    *action = [&global, options] {
+      std::optional<int> code = device::ParseNvmlCode(options->code);
+      if (!code) {
+        PrintError("unknown NVML code '" + options->code + "'");
+        return kExitBadInput;
+      }
+      if (options->at_call == 0 && options->match.empty()) {
+        PrintError("sim fault add: give --call N and/or --match TEXT");
+        return kExitBadInput;
+      }
+      return Mutate(global, options->state, "sim fault add", [&](SimState& state, SimMachine&) {
+        state.calls = 0;
+        state.faults.push_back({options->at_call, options->match, *code, options->abort_process, options->times});
+        return std::string();
+      });
+    };
+  });
+  CLI::App* clear_fault = fault->add_subcommand("clear", "Remove every fault rule");
+  clear_fault->add_option("STATE_FILE", options->state, "State file")->required();
+  clear_fault->callback([&global, options, action] {
+    *action = [&global, options] {
+      return Mutate(global, options->state, "sim fault clear", [&](SimState& state, SimMachine&) {
+        state.faults.clear();
+        state.calls = 0;
+        return std::string();
+      });
+    };
+  });
+
+  CLI::App* passthrough = sim->add_subcommand(
+      "passthrough", "Simulate a GPU passed through to a VM (it cannot be reset: a MIG mode change "
+                     "stays pending) or undo that");
+  passthrough->add_option("STATE_FILE", options->state, "State file")->required();
+  passthrough->add_option("--gpu", options->gpu, "GPU index")->required();
+  passthrough->add_option("MODE", options->on_off, "on or off")->required()->check(CLI::IsMember({"on", "off"}));
+  passthrough->callback([&global, options, action] {
+    *action = [&global, options] {
+      return Mutate(global, options->state, "sim passthrough", [&](SimState& state, SimMachine&) {
+        if (options->gpu < 0 || static_cast<size_t>(options->gpu) >= state.gpus.size()) {
+          return std::string("no GPU ") + std::to_string(options->gpu);
+        }
+        state.gpus[static_cast<size_t>(options->gpu)].reset_supported = options->on_off == "off";
+        return std::string();
+      });
+    };
+  });
+}
+
+}  // namespace gpuslice::cli

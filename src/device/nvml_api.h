@@ -1,0 +1,242 @@
+// nvml_api.h (src/device/, internal to the device layer)
+//
+// gpuslice's own declarations of the part of the NVML C API it uses: opaque handle types, the
+// structs those functions fill, the constants, and one function-pointer type per function. NVIDIA's
+// nvml.h is not needed to build gpuslice: the layouts below follow the NVML API reference
+// (NVML_API_VERSION 12/13) and ../shared/reference/mig-facts.md §4.
+//
+// Two users:
+//   * NvmlBackend (nvml_backend.cc) resolves every function of GPUSLICE_NVML_FUNCTIONS with dlsym
+//     into an nvml::Api table;
+//   * the test NVML library (fake_nvml/fake_nvml.cc) defines the same functions with C linkage and
+//     static_asserts that each definition has exactly the type declared here, so the backend and
+//     the library cannot drift apart.
+//
+// Only plain C types appear here; nothing is allocated. All layouts are for LP64 Linux.
+#pragma once
+
+#include <cstddef>
+
+namespace gpuslice::device::nvml {
+
+// nvmlReturn_t is a C enum (int-sized); the values are gpuslice::device::NvmlCode.
+using nvmlReturn_t = int;
+
+// Opaque handles. NVML hands out pointers to structs it never describes.
+struct nvmlDevice_st;
+struct nvmlGpuInstance_st;
+struct nvmlComputeInstance_st;
+using nvmlDevice_t = nvmlDevice_st*;
+using nvmlGpuInstance_t = nvmlGpuInstance_st*;
+using nvmlComputeInstance_t = nvmlComputeInstance_st*;
+
+// Buffer sizes (NVML_*_BUFFER_SIZE).
+inline constexpr unsigned kDeviceNameBufferSize = 96;      // NVML_DEVICE_NAME_V2_BUFFER_SIZE
+inline constexpr unsigned kDeviceUuidBufferSize = 96;      // NVML_DEVICE_UUID_V2_BUFFER_SIZE
+inline constexpr unsigned kDevicePciBusIdBufferSize = 32;  // NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE
+inline constexpr unsigned kDevicePciBusIdLegacySize = 16;  // NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE
+inline constexpr unsigned kSystemDriverVersionBufferSize =
+    80;                                                  // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
+inline constexpr unsigned kProcessNameBufferSize = 256;  // generous; NVML copies the command name
+
+// MIG mode (NVML_DEVICE_MIG_DISABLE / _ENABLE).
+inline constexpr unsigned kMigDisable = 0;
+inline constexpr unsigned kMigEnable = 1;
+
+// NVML_GPU_INSTANCE_PROFILE_* constants run from 0x00 (1_SLICE) to 0x11 (3_SLICE_GFX); the count is
+// the first invalid value (nvmlDeviceGetGpuInstanceProfileInfo answers INVALID_ARGUMENT there).
+inline constexpr unsigned kGpuInstanceProfileCount = 0x12;
+// NVML_COMPUTE_INSTANCE_PROFILE_* constants (1_SLICE 0, 2_SLICE 1, 3_SLICE 2, 4_SLICE 3, 7_SLICE 4,
+// 8_SLICE 5, 6_SLICE 6, 1_SLICE_REV1 7, 2_SLICE_REV1 8). CI profile ids equal these constants.
+inline constexpr unsigned kComputeInstanceProfileCount = 0x9;
+// NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, the only engine profile.
+inline constexpr unsigned kComputeInstanceEngineProfileShared = 0;
+inline constexpr unsigned kComputeInstanceEngineProfileCount = 1;
+
+// nvmlProcessInfo_t.gpuInstanceId / computeInstanceId when MIG is off, and
+// NVML_VALUE_NOT_AVAILABLE for usedGpuMemory.
+inline constexpr unsigned kInvalidInstanceId = 0xFFFFFFFFU;
+inline constexpr unsigned long long kValueNotAvailable = ~0ULL;
+
+// nvmlPciInfo_t, as filled by nvmlDeviceGetPciInfo_v3.
+struct nvmlPciInfo_t {
+  char busIdLegacy[kDevicePciBusIdLegacySize];  // "0000:36:00.0"
+  unsigned domain;
+  unsigned bus;
+  unsigned device;
+  unsigned pciDeviceId;  // (16-bit device id << 16) | 16-bit vendor id (0x10DE)
+  unsigned pciSubSystemId;
+  char busId[kDevicePciBusIdBufferSize];  // "00000000:36:00.0"
+};
+
+// nvmlMemory_t (v1): bytes; total = free + used.
+struct nvmlMemory_t {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+
+// nvmlProcessInfo_t as returned by nvmlDeviceGetComputeRunningProcesses_v3 (nvmlProcessInfo_v2_t).
+struct nvmlProcessInfo_t {
+  unsigned pid;
+  unsigned long long usedGpuMemory;  // bytes, or kValueNotAvailable
+  unsigned gpuInstanceId;            // kInvalidInstanceId when MIG is off
+  unsigned computeInstanceId;
+};
+
+// nvmlGpuInstancePlacement_t: in memory slices (placement units).
+struct nvmlGpuInstancePlacement_t {
+  unsigned start;
+  unsigned size;
+};
+
+// nvmlGpuInstanceProfileInfo_t (v1, no version field).
+struct nvmlGpuInstanceProfileInfo_t {
+  unsigned id;  // the nvidia-smi profile ID, NOT the NVML constant it was looked up by
+  unsigned isP2pSupported;
+  unsigned sliceCount;
+  unsigned instanceCount;
+  unsigned multiprocessorCount;
+  unsigned copyEngineCount;
+  unsigned decoderCount;
+  unsigned encoderCount;
+  unsigned jpegCount;
+  unsigned ofaCount;
+  unsigned long long memorySizeMB;
+};
+
+// nvmlGpuInstanceInfo_t.
+struct nvmlGpuInstanceInfo_t {
+  nvmlDevice_t device;  // parent device
+  unsigned id;          // GI id on the device
+  unsigned profileId;   // nvidia-smi profile ID
+  nvmlGpuInstancePlacement_t placement;
+};
+
+// nvmlComputeInstancePlacement_t: in compute slices of the parent GI.
+struct nvmlComputeInstancePlacement_t {
+  unsigned start;
+  unsigned size;
+};
+
+// nvmlComputeInstanceProfileInfo_t (v1, no version field).
+struct nvmlComputeInstanceProfileInfo_t {
+  unsigned id;
+  unsigned sliceCount;
+  unsigned instanceCount;
+  unsigned multiprocessorCount;
+  unsigned sharedCopyEngineCount;
+  unsigned sharedDecoderCount;
+  unsigned sharedEncoderCount;
+  unsigned sharedJpegCount;
+  unsigned sharedOfaCount;
+};
+
+// nvmlComputeInstanceInfo_t (filled by nvmlComputeInstanceGetInfo_v2).
+struct nvmlComputeInstanceInfo_t {
+  nvmlDevice_t device;            // parent device
+  nvmlGpuInstance_t gpuInstance;  // parent GI
+  unsigned id;                    // CI id within the GI
+  unsigned profileId;             // CI profile id
+  nvmlComputeInstancePlacement_t placement;
+};
+
+// Layout checks against the documented C layouts (LP64).
+static_assert(sizeof(nvmlPciInfo_t) == 16 + 5 * 4 + 32 && offsetof(nvmlPciInfo_t, busId) == 36);
+static_assert(sizeof(nvmlMemory_t) == 24);
+static_assert(sizeof(nvmlProcessInfo_t) == 24 && offsetof(nvmlProcessInfo_t, usedGpuMemory) == 8 &&
+              offsetof(nvmlProcessInfo_t, gpuInstanceId) == 16);
+static_assert(sizeof(nvmlGpuInstanceProfileInfo_t) == 48 &&
+              offsetof(nvmlGpuInstanceProfileInfo_t, memorySizeMB) == 40);
+static_assert(sizeof(nvmlGpuInstanceInfo_t) == 24 &&
+              offsetof(nvmlGpuInstanceInfo_t, placement) == 16);
+static_assert(sizeof(nvmlComputeInstanceProfileInfo_t) == 36);
+static_assert(sizeof(nvmlComputeInstanceInfo_t) == 32 &&
+              offsetof(nvmlComputeInstanceInfo_t, placement) == 24);
+
+// Every NVML function NvmlBackend needs: X(return type, name, parameter list).
+#define GPUSLICE_NVML_FUNCTIONS(X)                                                                \
+  X(nvmlReturn_t, nvmlInit_v2, (void))                                                            \
+  X(nvmlReturn_t, nvmlShutdown, (void))                                                           \
+  X(nvmlReturn_t, nvmlSystemGetDriverVersion, (char* version, unsigned length))                   \
+  X(nvmlReturn_t, nvmlSystemGetProcessName, (unsigned pid, char* name, unsigned length))          \
+  X(nvmlReturn_t, nvmlDeviceGetCount_v2, (unsigned* count))                                       \
+  X(nvmlReturn_t, nvmlDeviceGetHandleByIndex_v2, (unsigned index, nvmlDevice_t* device))          \
+  X(nvmlReturn_t, nvmlDeviceGetName, (nvmlDevice_t device, char* name, unsigned length))          \
+  X(nvmlReturn_t, nvmlDeviceGetUUID, (nvmlDevice_t device, char* uuid, unsigned length))          \
+  X(nvmlReturn_t, nvmlDeviceGetPciInfo_v3, (nvmlDevice_t device, nvmlPciInfo_t * pci))            \
+  X(nvmlReturn_t, nvmlDeviceGetMemoryInfo, (nvmlDevice_t device, nvmlMemory_t * memory))          \
+  X(nvmlReturn_t, nvmlDeviceGetMigMode,                                                           \
+    (nvmlDevice_t device, unsigned* current_mode, unsigned* pending_mode))                        \
+  X(nvmlReturn_t, nvmlDeviceSetMigMode,                                                           \
+    (nvmlDevice_t device, unsigned mode, nvmlReturn_t* activation_status))                        \
+  X(nvmlReturn_t, nvmlDeviceGetGpuInstanceProfileInfo,                                            \
+    (nvmlDevice_t device, unsigned profile, nvmlGpuInstanceProfileInfo_t* info))                  \
+  X(nvmlReturn_t, nvmlDeviceGetGpuInstancePossiblePlacements_v2,                                  \
+    (nvmlDevice_t device, unsigned profile_id, nvmlGpuInstancePlacement_t* placements,            \
+     unsigned* count))                                                                            \
+  X(nvmlReturn_t, nvmlDeviceGetGpuInstances,                                                      \
+    (nvmlDevice_t device, unsigned profile_id, nvmlGpuInstance_t* instances, unsigned* count))    \
+  X(nvmlReturn_t, nvmlDeviceGetGpuInstanceById,                                                   \
+    (nvmlDevice_t device, unsigned id, nvmlGpuInstance_t* instance))                              \
+  X(nvmlReturn_t, nvmlDeviceCreateGpuInstance,                                                    \
+    (nvmlDevice_t device, unsigned profile_id, nvmlGpuInstance_t* instance))                      \
+  X(nvmlReturn_t, nvmlDeviceCreateGpuInstanceWithPlacement,                                       \
+    (nvmlDevice_t device, unsigned profile_id, const nvmlGpuInstancePlacement_t* placement,       \
+     nvmlGpuInstance_t* instance))                                                                \
+  X(nvmlReturn_t, nvmlGpuInstanceDestroy, (nvmlGpuInstance_t instance))                           \
+  X(nvmlReturn_t, nvmlGpuInstanceGetInfo,                                                         \
+    (nvmlGpuInstance_t instance, nvmlGpuInstanceInfo_t * info))                                   \
+  X(nvmlReturn_t, nvmlGpuInstanceGetComputeInstanceProfileInfo,                                   \
+    (nvmlGpuInstance_t instance, unsigned profile, unsigned engine_profile,                       \
+     nvmlComputeInstanceProfileInfo_t* info))                                                     \
+  X(nvmlReturn_t, nvmlGpuInstanceGetComputeInstancePossiblePlacements,                            \
+    (nvmlGpuInstance_t instance, unsigned profile_id, nvmlComputeInstancePlacement_t* placements, \
+     unsigned* count))                                                                            \
+  X(nvmlReturn_t, nvmlGpuInstanceGetComputeInstances,                                             \
+    (nvmlGpuInstance_t instance, unsigned profile_id, nvmlComputeInstance_t* instances,           \
+     unsigned* count))                                                                            \
+  X(nvmlReturn_t, nvmlGpuInstanceGetComputeInstanceById,                                          \
+    (nvmlGpuInstance_t instance, unsigned id, nvmlComputeInstance_t* compute_instance))           \
+  X(nvmlReturn_t, nvmlGpuInstanceCreateComputeInstance,                                           \
+    (nvmlGpuInstance_t instance, unsigned profile_id, nvmlComputeInstance_t* compute_instance))   \
+  X(nvmlReturn_t, nvmlGpuInstanceCreateComputeInstanceWithPlacement,                              \
+    (nvmlGpuInstance_t instance, unsigned profile_id,                                             \
+     const nvmlComputeInstancePlacement_t* placement, nvmlComputeInstance_t* compute_instance))   \
+  X(nvmlReturn_t, nvmlComputeInstanceDestroy, (nvmlComputeInstance_t compute_instance))           \
+  X(nvmlReturn_t, nvmlComputeInstanceGetInfo_v2,                                                  \
+    (nvmlComputeInstance_t compute_instance, nvmlComputeInstanceInfo_t * info))                   \
+  X(nvmlReturn_t, nvmlDeviceGetMaxMigDeviceCount, (nvmlDevice_t device, unsigned* count))         \
+  X(nvmlReturn_t, nvmlDeviceGetMigDeviceHandleByIndex,                                            \
+    (nvmlDevice_t device, unsigned index, nvmlDevice_t* mig_device))                              \
+  X(nvmlReturn_t, nvmlDeviceGetGpuInstanceId, (nvmlDevice_t device, unsigned* id))                \
+  X(nvmlReturn_t, nvmlDeviceGetComputeInstanceId, (nvmlDevice_t device, unsigned* id))            \
+  X(nvmlReturn_t, nvmlDeviceGetComputeRunningProcesses_v3,                                        \
+    (nvmlDevice_t device, unsigned* info_count, nvmlProcessInfo_t* infos))
+
+// One function-pointer type per function: nvml::nvmlInit_v2_fn, ...
+#define GPUSLICE_NVML_FN_TYPE(ret, name, params) using name##_fn = ret(*) params;
+GPUSLICE_NVML_FUNCTIONS(GPUSLICE_NVML_FN_TYPE)
+#undef GPUSLICE_NVML_FN_TYPE
+
+// Exported by NVML and by the test library, but not needed by NvmlBackend.
+using nvmlErrorString_fn = const char* (*)(nvmlReturn_t result);
+// Exported only by the test NVML library (fake_nvml): resets a simulated GPU, the operation NVML
+// has no public function for. NvmlBackend uses it when the loaded library has it.
+using gpusliceTestResetGpu_fn = nvmlReturn_t (*)(unsigned index);
+inline constexpr char kTestResetGpuSymbol[] = "gpusliceTestResetGpu";
+// Also only in the test library: ends a simulated process (its pids are not real processes, so
+// NvmlBackend must never signal them).
+using gpusliceTestTerminateProcess_fn = nvmlReturn_t (*)(unsigned pid);
+inline constexpr char kTestTerminateProcessSymbol[] = "gpusliceTestTerminateProcess";
+
+// The resolved function table.
+struct Api {
+#define GPUSLICE_NVML_FN_MEMBER(ret, name, params) name##_fn name = nullptr;
+  GPUSLICE_NVML_FUNCTIONS(GPUSLICE_NVML_FN_MEMBER)
+#undef GPUSLICE_NVML_FN_MEMBER
+  gpusliceTestResetGpu_fn gpusliceTestResetGpu = nullptr;                  // optional
+  gpusliceTestTerminateProcess_fn gpusliceTestTerminateProcess = nullptr;  // optional
+};
+
+}  // namespace gpuslice::device::nvml

@@ -1,0 +1,806 @@
+#include "gpuslice/device/nvml_backend.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "gpuslice/device/nvml_codes.h"
+#include "nvml_api.h"
+
+namespace gpuslice::device {
+namespace {
+
+using nvml::Api;
+using nvml::nvmlComputeInstance_t;
+using nvml::nvmlComputeInstanceInfo_t;
+using nvml::nvmlComputeInstancePlacement_t;
+using nvml::nvmlComputeInstanceProfileInfo_t;
+using nvml::nvmlDevice_t;
+using nvml::nvmlGpuInstance_t;
+using nvml::nvmlGpuInstanceInfo_t;
+using nvml::nvmlGpuInstancePlacement_t;
+using nvml::nvmlGpuInstanceProfileInfo_t;
+
+constexpr std::int64_t kMiB = 1024 * 1024;
+
+std::string Str(int value) { return std::to_string(value); }
+std::string Str(unsigned value) { return std::to_string(value); }
+
+std::string GpuText(int gpu) { return "GPU " + Str(gpu); }
+std::string GiText(int gpu, int gi) { return "GI " + Str(gi) + " on GPU " + Str(gpu); }
+
+// Converts a caller's int to the unsigned NVML takes (negative values become large and are
+// rejected by the driver like any other out-of-range id).
+unsigned U(int value) { return static_cast<unsigned>(value); }
+int I(unsigned value) { return static_cast<int>(value); }
+
+std::string FromBuffer(const char* buffer, size_t size) {
+  return std::string(buffer, strnlen(buffer, size));
+}
+
+std::int64_t ToMib(unsigned long long bytes) {
+  if (bytes == nvml::kValueNotAvailable) return 0;
+  return static_cast<std::int64_t>(bytes / static_cast<unsigned long long>(kMiB));
+}
+
+absl::StatusOr<nvmlDevice_t> DeviceHandle(const Api& api, int gpu) {
+  nvmlDevice_t device = nullptr;
+  const int code = api.nvmlDeviceGetHandleByIndex_v2(U(gpu), &device);
+  if (code != kNvmlSuccess) {
+    return NvmlError(code, "nvmlDeviceGetHandleByIndex_v2 (" + GpuText(gpu) + ")");
+  }
+  return device;
+}
+
+absl::StatusOr<nvmlGpuInstance_t> GiHandle(const Api& api, nvmlDevice_t device, int gpu, int gi) {
+  nvmlGpuInstance_t instance = nullptr;
+  const int code = api.nvmlDeviceGetGpuInstanceById(device, U(gi), &instance);
+  if (code != kNvmlSuccess) {
+    return NvmlError(code, "nvmlDeviceGetGpuInstanceById (" + GiText(gpu, gi) + ")");
+  }
+  return instance;
+}
+
+absl::StatusOr<std::string> DeviceUuid(const Api& api, nvmlDevice_t device,
+                                       const std::string& what) {
+  char buffer[nvml::kDeviceUuidBufferSize] = {};
+  const int code = api.nvmlDeviceGetUUID(device, buffer, sizeof buffer);
+  if (code != kNvmlSuccess) return NvmlError(code, "nvmlDeviceGetUUID (" + what + ")");
+  return FromBuffer(buffer, sizeof buffer);
+}
+
+absl::StatusOr<GpuInstanceInfo> GiInfo(const Api& api, nvmlGpuInstance_t instance, int gpu,
+                                       const std::string& what) {
+  nvmlGpuInstanceInfo_t info{};
+  const int code = api.nvmlGpuInstanceGetInfo(instance, &info);
+  if (code != kNvmlSuccess) return NvmlError(code, "nvmlGpuInstanceGetInfo (" + what + ")");
+  return GpuInstanceInfo{gpu, I(info.id), I(info.profileId), I(info.placement.start),
+                         I(info.placement.size)};
+}
+
+absl::StatusOr<ComputeInstanceInfo> CiInfo(const Api& api, nvmlComputeInstance_t instance, int gpu,
+                                           int gi, const std::string& what) {
+  nvmlComputeInstanceInfo_t info{};
+  const int code = api.nvmlComputeInstanceGetInfo_v2(instance, &info);
+  if (code != kNvmlSuccess) return NvmlError(code, "nvmlComputeInstanceGetInfo_v2 (" + what + ")");
+  ComputeInstanceInfo out;
+  out.gpu = gpu;
+  out.gi = gi;
+  out.id = I(info.id);
+  out.profile_id = I(info.profileId);
+  out.start = I(info.placement.start);
+  out.size = I(info.placement.size);
+  return out;
+}
+
+// One MIG device (a GI + CI pair) of a GPU.
+struct MigDevice {
+  nvmlDevice_t handle = nullptr;
+  int gi = 0;
+  int ci = 0;
+};
+
+// The MIG devices of a GPU, from its sparse MIG device index space (NOT_FOUND slots skipped).
+absl::StatusOr<std::vector<MigDevice>> MigDevices(const Api& api, nvmlDevice_t device, int gpu) {
+  unsigned max_count = 0;
+  int code = api.nvmlDeviceGetMaxMigDeviceCount(device, &max_count);
+  if (code != kNvmlSuccess) {
+    return NvmlError(code, "nvmlDeviceGetMaxMigDeviceCount (" + GpuText(gpu) + ")");
+  }
+  std::vector<MigDevice> out;
+  for (unsigned index = 0; index < max_count; ++index) {
+    MigDevice mig;
+    code = api.nvmlDeviceGetMigDeviceHandleByIndex(device, index, &mig.handle);
+    if (code == kNvmlNotFound) continue;
+    const std::string what = "MIG device " + Str(index) + " of " + GpuText(gpu);
+    if (code != kNvmlSuccess) {
+      return NvmlError(code, "nvmlDeviceGetMigDeviceHandleByIndex (" + what + ")");
+    }
+    unsigned gi = 0;
+    unsigned ci = 0;
+    code = api.nvmlDeviceGetGpuInstanceId(mig.handle, &gi);
+    if (code != kNvmlSuccess) return NvmlError(code, "nvmlDeviceGetGpuInstanceId (" + what + ")");
+    code = api.nvmlDeviceGetComputeInstanceId(mig.handle, &ci);
+    if (code != kNvmlSuccess) {
+      return NvmlError(code, "nvmlDeviceGetComputeInstanceId (" + what + ")");
+    }
+    mig.gi = I(gi);
+    mig.ci = I(ci);
+    out.push_back(mig);
+  }
+  return out;
+}
+
+// MIG UUIDs of the CIs of GI `gi`, by CI id.
+absl::StatusOr<std::map<int, std::string>> CiUuids(const Api& api, nvmlDevice_t device, int gpu,
+                                                   int gi) {
+  absl::StatusOr<std::vector<MigDevice>> migs = MigDevices(api, device, gpu);
+  if (!migs.ok()) return migs.status();
+  std::map<int, std::string> out;
+  for (const MigDevice& mig : *migs) {
+    if (mig.gi != gi) continue;
+    absl::StatusOr<std::string> uuid =
+        DeviceUuid(api, mig.handle,
+                   "MIG device GI " + Str(mig.gi) + " CI " + Str(mig.ci) + " of " + GpuText(gpu));
+    if (!uuid.ok()) return uuid.status();
+    out[mig.ci] = *std::move(uuid);
+  }
+  return out;
+}
+
+// Info of the GI profile whose nvidia-smi id is `profile_id`, found by sweeping the NVML constants.
+absl::StatusOr<nvmlGpuInstanceProfileInfo_t> GiProfileById(const Api& api, nvmlDevice_t device,
+                                                           int gpu, int profile_id) {
+  for (unsigned constant = 0; constant < nvml::kGpuInstanceProfileCount; ++constant) {
+    nvmlGpuInstanceProfileInfo_t info{};
+    const int code = api.nvmlDeviceGetGpuInstanceProfileInfo(device, constant, &info);
+    if (code == kNvmlNotSupported) continue;
+    if (code == kNvmlInvalidArgument) break;
+    if (code != kNvmlSuccess) {
+      return NvmlError(code, "nvmlDeviceGetGpuInstanceProfileInfo (" + GpuText(gpu) +
+                                 ", constant " + Str(constant) + ")");
+    }
+    if (I(info.id) == profile_id) return info;
+  }
+  return NvmlError(kNvmlNotFound,
+                   "GPU instance profile " + Str(profile_id) + " on " + GpuText(gpu));
+}
+
+// Runs `argv` (PATH lookup), returns its exit status (127 if it could not be run) and output.
+int RunCommand(const std::vector<std::string>& argv, std::string* output) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return -1;
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  char buffer[512];
+  for (;;) {
+    const ssize_t n = ::read(fds[0], buffer, sizeof buffer);
+    if (n > 0) {
+      output->append(buffer, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+std::string Lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+std::string FirstLines(const std::string& text, size_t max_chars) {
+  std::string out;
+  for (char c : text) {
+    if (out.size() >= max_chars) {
+      out += "…";
+      break;
+    }
+    out.push_back(c == '\n' ? ' ' : c);
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+// Daemons that open GPUs and block a reset, by the prefix of /proc/PID/comm (which the kernel
+// truncates to 15 characters), with the name reported.
+struct HolderPattern {
+  const char* comm_prefix;
+  const char* name;
+};
+constexpr HolderPattern kHolderPatterns[] = {
+    {"nvidia-persiste", "nvidia-persistenced"},
+    {"nv-hostengine", "nv-hostengine (DCGM)"},
+    {"dcgm", "dcgm"},
+    {"nvsm", "nvsm"},
+    {"nv-fabricmanage", "nv-fabricmanager"},
+};
+
+}  // namespace
+
+NvmlBackend::NvmlBackend(const hw::Catalog& catalog, std::string library, void* handle,
+                         std::unique_ptr<nvml::Api> api)
+    : catalog_(catalog), library_(std::move(library)), handle_(handle), api_(std::move(api)) {}
+
+NvmlBackend::~NvmlBackend() {
+  if (initialized_) api_->nvmlShutdown();
+  if (handle_ != nullptr) ::dlclose(handle_);
+}
+
+absl::StatusOr<std::unique_ptr<NvmlBackend>> NvmlBackend::Load(const hw::Catalog& catalog,
+                                                               std::string library) {
+  if (library.empty()) {
+    const char* env = std::getenv(kLibraryEnv);
+    library = env != nullptr && *env != '\0' ? env : kDefaultLibrary;
+  }
+  ::dlerror();
+  void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* detail = ::dlerror();
+    return absl::UnavailableError(
+        "NVIDIA driver library " + library +
+        " not found: no NVIDIA driver on this machine? Use --sim STATE_FILE for a simulated fleet "
+        "(gpuslice sim create)" +
+        (detail != nullptr ? std::string(" [dlopen: ") + detail + "]" : std::string()));
+  }
+  auto api = std::make_unique<nvml::Api>();
+  const char* missing = nullptr;
+#define GPUSLICE_NVML_RESOLVE(ret, name, params)          \
+  if (missing == nullptr) {                               \
+    void* symbol = ::dlsym(handle, #name);                \
+    if (symbol == nullptr) {                              \
+      missing = #name;                                    \
+    } else {                                              \
+      static_assert(sizeof(symbol) == sizeof(api->name)); \
+      std::memcpy(&api->name, &symbol, sizeof symbol);    \
+    }                                                     \
+  }
+  GPUSLICE_NVML_FUNCTIONS(GPUSLICE_NVML_RESOLVE)
+#undef GPUSLICE_NVML_RESOLVE
+  if (missing != nullptr) {
+    ::dlclose(handle);
+    return NvmlError(kNvmlFunctionNotFound, std::string("NVML function ") + missing +
+                                                " not found in " + library +
+                                                " (NVIDIA driver too old?)");
+  }
+  if (void* reset = ::dlsym(handle, nvml::kTestResetGpuSymbol); reset != nullptr) {
+    std::memcpy(&api->gpusliceTestResetGpu, &reset, sizeof reset);
+  }
+  if (void* terminate = ::dlsym(handle, nvml::kTestTerminateProcessSymbol); terminate != nullptr) {
+    std::memcpy(&api->gpusliceTestTerminateProcess, &terminate, sizeof terminate);
+  }
+  const int code = api->nvmlInit_v2();
+  if (code != kNvmlSuccess) {
+    ::dlclose(handle);
+    return NvmlError(code, "nvmlInit_v2 (initialising NVML from " + library + ")");
+  }
+  std::unique_ptr<NvmlBackend> backend(new NvmlBackend(catalog, library, handle, std::move(api)));
+  backend->initialized_ = true;
+  absl::StatusOr<std::string> version = backend->DriverVersion();
+  backend->driver_version_ = version.ok() ? *version : "unknown";
+  return backend;
+}
+
+void NvmlBackend::SetHostRoots(std::string proc_root, std::string sys_module_root) {
+  proc_root_ = std::move(proc_root);
+  sys_module_root_ = std::move(sys_module_root);
+}
+
+std::string NvmlBackend::Describe() const { return "NVML (driver " + driver_version_ + ")"; }
+
+absl::StatusOr<std::string> NvmlBackend::DriverVersion() {
+  char buffer[nvml::kSystemDriverVersionBufferSize] = {};
+  const int code = api_->nvmlSystemGetDriverVersion(buffer, sizeof buffer);
+  if (code != kNvmlSuccess) return NvmlError(code, "nvmlSystemGetDriverVersion");
+  return FromBuffer(buffer, sizeof buffer);
+}
+
+absl::StatusOr<std::vector<GpuInfo>> NvmlBackend::ListGpus() {
+  const Api& api = *api_;
+  unsigned count = 0;
+  int code = api.nvmlDeviceGetCount_v2(&count);
+  if (code != kNvmlSuccess) return NvmlError(code, "nvmlDeviceGetCount_v2");
+  std::vector<GpuInfo> gpus;
+  for (unsigned index = 0; index < count; ++index) {
+    const int gpu = I(index);
+    absl::StatusOr<nvmlDevice_t> device = DeviceHandle(api, gpu);
+    if (!device.ok()) return device.status();
+    GpuInfo info;
+    info.index = gpu;
+    char name[nvml::kDeviceNameBufferSize] = {};
+    code = api.nvmlDeviceGetName(*device, name, sizeof name);
+    if (code != kNvmlSuccess) return NvmlError(code, "nvmlDeviceGetName (" + GpuText(gpu) + ")");
+    info.name = FromBuffer(name, sizeof name);
+    absl::StatusOr<std::string> uuid = DeviceUuid(api, *device, GpuText(gpu));
+    if (!uuid.ok()) return uuid.status();
+    info.uuid = *std::move(uuid);
+    nvml::nvmlPciInfo_t pci{};
+    code = api.nvmlDeviceGetPciInfo_v3(*device, &pci);
+    if (code != kNvmlSuccess) {
+      return NvmlError(code, "nvmlDeviceGetPciInfo_v3 (" + GpuText(gpu) + ")");
+    }
+    info.pci_device_id = static_cast<std::uint16_t>(pci.pciDeviceId >> 16);
+    info.pci_bus_id = FromBuffer(pci.busId, sizeof pci.busId);
+
+    if (info.pci_device_id != 0) {
+      char pci_text[16];
+      std::snprintf(pci_text, sizeof pci_text, "0x%04X", static_cast<unsigned>(info.pci_device_id));
+      info.model = catalog_.Find(pci_text);
+    }
+    if (info.model == nullptr) info.model = catalog_.Find(info.name);
+
+    nvml::nvmlMemory_t memory{};
+    code = api.nvmlDeviceGetMemoryInfo(*device, &memory);
+    if (code == kNvmlSuccess) {
+      info.memory_total_mib = ToMib(memory.total);
+    } else if (code == kNvmlNoPermission || code == kNvmlNotSupported) {
+      // In MIG mode the parent's totals need privileges; fall back to the catalog.
+      info.memory_total_mib = info.model != nullptr ? info.model->memory_mib : 0;
+    } else {
+      return NvmlError(code, "nvmlDeviceGetMemoryInfo (" + GpuText(gpu) + ")");
+    }
+
+    unsigned current = 0;
+    unsigned pending = 0;
+    code = api.nvmlDeviceGetMigMode(*device, &current, &pending);
+    if (code == kNvmlSuccess) {
+      info.mig_capable = true;
+      info.mig_current = current == nvml::kMigEnable ? MigMode::kEnabled : MigMode::kDisabled;
+      info.mig_pending = pending == nvml::kMigEnable ? MigMode::kEnabled : MigMode::kDisabled;
+    } else if (code != kNvmlNotSupported) {
+      return NvmlError(code, "nvmlDeviceGetMigMode (" + GpuText(gpu) + ")");
+    }
+    gpus.push_back(std::move(info));
+  }
+  return gpus;
+}
+
+absl::StatusOr<std::vector<GpuInstanceInfo>> NvmlBackend::ListGpuInstances(int gpu) {
+  const Api& api = *api_;
+  absl::StatusOr<nvmlDevice_t> device = DeviceHandle(api, gpu);
+  if (!device.ok()) return device.status();
+  const std::string what = "listing GPU instances of " + GpuText(gpu);
+  unsigned current = 0;
+  unsigned pending = 0;
+  int code = api.nvmlDeviceGetMigMode(*device, &current, &pending);
+  if (code != kNvmlSuccess) return NvmlError(code, "nvmlDeviceGetMigMode (" + what + ")");
+  if (current != nvml::kMigEnable) {
+    return NvmlError(kNvmlNotSupported, what + ": MIG mode is disabled");
+  }
+
+  std::vector<GpuInstanceInfo> out;
+  std::set<unsigned> seen;
+  for (unsigned constant = 0; constant < nvml::kGpuInstanceProfileCount; ++constant) {
+    nvmlGpuInstanceProfileInfo_t profile{};
+    code = api.nvmlDeviceGetGpuInstanceProfileInfo(*device, constant, &profile);
+    if (code == kNvmlNotSupported) continue;  // this GPU has no such profile
+    if (code == kNvmlInvalidArgument) break;  // past the driver's last constant
+    if (code != kNvmlSuccess) {
+      return NvmlError(code, "nvmlDeviceGetGpuInstanceProfileInfo (" + GpuText(gpu) +
+                                 ", constant " + Str(constant) + ")");
+    }
+    if (!seen.insert(profile.id).second || profile.instanceCount == 0) continue;
+    std::vector<nvmlGpuInstance_t> handles(profile.instanceCount);
+    unsigned count = 0;
+    code = api.nvmlDeviceGetGpuInstances(*device, profile.id, handles.data(), &count);
+    if (code != kNvmlSuccess) {
+      return NvmlError(code, "nvmlDeviceGetGpuInstances (" + GpuText(gpu) + ", profile " +
+                                 Str(profile.id) + ")");
+    }
+    count = std::min<unsigned>(count, profile.instanceCount);
+    for (unsigned i = 0; i < count; ++i) {
+      absl::StatusOr<GpuInstanceInfo> info =
+          GiInfo(api, handles[i], gpu, GpuText(gpu) + ", profile " + Str(profile.id));
+      if (!info.ok()) return info.status();
+      out.push_back(*info);
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const GpuInstanceInfo& a, const GpuInstanceInfo& b) { return a.id < b.id; });
+  return out;
+}
+
+absl::StatusOr<std::vector<ComputeInstanceInfo>> NvmlBackend::ListComputeInstances(int gpu,
+                                                                                   int gi) {
+  const Api& api = *api_;
+  absl::StatusOr<nvmlDevice_t> device = DeviceHandle(api, gpu);
+  if (!device.ok()) return device.status();
+  absl::StatusOr<nvmlGpuInstance_t> instance = GiHandle(api, *device, gpu, gi);
+  if (!instance.ok()) return instance.status();
+
+  std::vector<ComputeInstanceInfo> out;
+  std::set<unsigned> seen;
+  for (unsigned constant = 0; constant < nvml::kComputeInstanceProfileCount; ++constant) {
+    nvmlComputeInstanceProfileInfo_t profile{};
+    int code = api.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        *instance, constant, nvml::kComputeInstanceEngineProfileShared, &profile);
+    if (code == kNvmlNotSupported) continue;
+    if (code == kNvmlInvalidArgument) break;
+    if (code != kNvmlSuccess) {
+      return NvmlError(code, "nvmlGpuInstanceGetComputeInstanceProfileInfo (" + GiText(gpu, gi) +
+                                 ", constant " + Str(constant) + ")");
+    }
+    if (!seen.insert(profile.id).second || profile.instanceCount == 0) continue;
+    std::vector<nvmlComputeInstance_t> handles(profile.instanceCount);
+    unsigned count = 0;
+    code = api.nvmlGpuInstanceGetComputeInstances(*instance, profile.id, handles.data(), &count);
+    if (code != kNvmlSuccess) {
+      return NvmlError(code, "nvmlGpuInstanceGetComputeInstances (" + GiText(gpu, gi) +
+                                 ", CI profile " + Str(profile.id) + ")");
+    }
+    count = std::min<unsigned>(count, profile.instanceCount);
+    for (unsigned i = 0; i < count; ++i) {
+      absl::StatusOr<ComputeInstanceInfo> info = CiInfo(api, handles[i], gpu, gi, GiText(gpu, gi));
+      if (!info.ok()) return info.status();
+      out.push_back(*std::move(info));
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const ComputeInstanceInfo& a, const ComputeInstanceInfo& b) { return a.id < b.id; });
+  if (!out.empty()) {
+    absl::StatusOr<std::map<int, std::string>> uuids = CiUuids(api, *device, gpu, gi);
+    if (!uuids.ok()) return uuids.status();
+    for (ComputeInstanceInfo& ci : out) {
+      auto it = uuids->find(ci.id);
+      if (it != uuids->end()) ci.uuid = it->second;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<GpuInstanceInfo> NvmlBackend::CreateGpuInstance(int gpu, int profile_id,
+                                                               std::optional<int> start) {
+  const Api& api = *api_;
+  absl::StatusOr<nvmlDevice_t> device = DeviceHandle(api, gpu);
+  if (!device.ok()) return device.status();
+  const std::string what = GpuText(gpu) + ", profile " + Str(profile_id) +
+                           (start ? ", start " + Str(*start) : std::string());
+  nvmlGpuInstance_t instance = nullptr;
+  int code = kNvmlSuccess;
+  if (start) {
+    // The placement's size is the profile's: read it from the possible placements.
+    unsigned count = 0;
+    code =
+        api.nvmlDeviceGetGpuInstancePossiblePlacements_v2(*device, U(profile_id), nullptr, &count);
+    if (code != kNvmlSuccess) {
+      return NvmlError(code, "nvmlDeviceGetGpuInstancePossiblePlacements_v2 (" + what + ")");
+    }
+    std::vector<nvmlGpuInstancePlacement_t> placements(count);
+    if (count > 0) {
+      code = api.nvmlDeviceGetGpuInstancePossiblePlacements_v2(*device, U(profile_id),
+                                                               placements.data(), &count);
+      if (code != kNvmlSuccess) {
+        return NvmlError(code, "nvmlDeviceGetGpuInstancePossiblePlacements_v2 (" + what + ")");
+      }
+      placements.resize(std::min<size_t>(count, placements.size()));
+    }
+    nvmlGpuInstancePlacement_t placement{U(*start), placements.empty() ? 0U : placements[0].size};
+    for (const nvmlGpuInstancePlacement_t& candidate : placements) {
+      if (I(candidate.start) == *start) placement.size = candidate.size;
+    }
+    code =
+        api.nvmlDeviceCreateGpuInstanceWithPlacement(*device, U(profile_id), &placement, &instance);
+    if (code != kNvmlSuccess) {
+      return NvmlError(code, "nvmlDeviceCreateGpuInstanceWithPlacement (" + what + ")");
+    }
+  } else {
+    code = api.nvmlDeviceCreateGpuInstance(*device, U(profile_id), &instance);
+    if (code != kNvmlSuccess) return NvmlError(code, "nvmlDeviceCreateGpuInstance (" + what + ")");
+  }
+  return GiInfo(api, instance, gpu, "new GPU instance, " + what);
+}
+
+absl::StatusOr<ComputeInstanceInfo> NvmlBackend::CreateComputeInstance(int gpu, int gi,
+                                                                       int ci_profile_id,
+                                                                       std::optional<int> start) {
+  const Api& api = *api_;
+  absl::StatusOr<nvmlDevice_t> device = DeviceHandle(api, gpu);
+  if (!device.ok()) return device.status();
+  absl::StatusOr<nvmlGpuInstance_t> instance = GiHandle(api, *device, gpu, gi);
+  if (!instance.ok()) return instance.status();
+  const std::string what = GiText(gpu, gi) + ", CI profile " + Str(ci_profile_id) +
+                           (start ? ", start " + Str(*start) : std::string());
+  nvmlComputeInstance_t compute = nullptr;
+  int code = kNvmlSuccess;
+  if (start) {
+    unsigned count = 0;
+    code = api.nvmlGpuInstanceGetComputeInstancePossiblePlacements(*instance, U(ci_profile_id),
+                                                                   nullptr, &count);
+    if (code != kNvmlSuccess) {
+      return NvmlError(code, "nvmlGpuInstanceGetComputeInstancePossiblePlacements (" + what + ")");
+    }
+    std::vector<nvmlComputeInstancePlacement_t> placements(count);
+    if (count > 0) {
+      code = api.nvmlGpuInstanceGetComputeInstancePossiblePlacements(*instance, U(ci_profile_id),
+                                                                     placements.data(), &count);
+      if (code != kNvmlSuccess) {
+        return NvmlError(code,
+                         "nvmlGpuInstanceGetComputeInstancePossiblePlacements (" + what + ")");
+      }
+      placements.resize(std::min<size_t>(count, placements.size()));
+    }
+    nvmlComputeInstancePlacement_t placement{U(*start),
+                                             placements.empty() ? 0U : placements[0].size};
+    for (const nvmlComputeInstancePlacement_t& candidate : placements) {
+      if (I(candidate.start) == *start) placement.size = candidate.size;
+    }
+    code = api.nvmlGpuInstanceCreateComputeInstanceWithPlacement(*instance, U(ci_profile_id),
+                                                                 &placement, &compute);
+    if (code != kNvmlSuccess) {
+      return NvmlError(code, "nvmlGpuInstanceCreateComputeInstanceWithPlacement (" + what + ")");
+    }
+  } else {
+    code = api.nvmlGpuInstanceCreateComputeInstance(*instance, U(ci_profile_id), &compute);
+    if (code != kNvmlSuccess) {
+      return NvmlError(code, "nvmlGpuInstanceCreateComputeInstance (" + what + ")");
+    }
+  }
+  absl::StatusOr<ComputeInstanceInfo> info =
+      CiInfo(api, compute, gpu, gi, "new compute instance, " + what);
+  if (!info.ok()) return info.status();
+  absl::StatusOr<std::map<int, std::string>> uuids = CiUuids(api, *device, gpu, gi);
+  if (!uuids.ok()) return uuids.status();
+  if (auto it = uuids->find(info->id); it != uuids->end()) info->uuid = it->second;
+  return info;
+}
+
+absl::Status NvmlBackend::DestroyGpuInstance(int gpu, int gi) {
+  const Api& api = *api_;
+  absl::StatusOr<nvmlDevice_t> device = DeviceHandle(api, gpu);
+  if (!device.ok()) return device.status();
+  absl::StatusOr<nvmlGpuInstance_t> instance = GiHandle(api, *device, gpu, gi);
+  if (!instance.ok()) return instance.status();
+  const int code = api.nvmlGpuInstanceDestroy(*instance);
+  if (code != kNvmlSuccess) {
+    return NvmlError(code, "nvmlGpuInstanceDestroy (" + GiText(gpu, gi) + ")");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NvmlBackend::DestroyComputeInstance(int gpu, int gi, int ci) {
+  const Api& api = *api_;
+  absl::StatusOr<nvmlDevice_t> device = DeviceHandle(api, gpu);
+  if (!device.ok()) return device.status();
+  absl::StatusOr<nvmlGpuInstance_t> instance = GiHandle(api, *device, gpu, gi);
+  if (!instance.ok()) return instance.status();
+  const std::string what = "CI " + Str(ci) + " of " + GiText(gpu, gi);
+  nvmlComputeInstance_t compute = nullptr;
+  int code = api.nvmlGpuInstanceGetComputeInstanceById(*instance, U(ci), &compute);
+  if (code != kNvmlSuccess) {
+    return NvmlError(code, "nvmlGpuInstanceGetComputeInstanceById (" + what + ")");
+  }
+  code = api.nvmlComputeInstanceDestroy(compute);
+  if (code != kNvmlSuccess) return NvmlError(code, "nvmlComputeInstanceDestroy (" + what + ")");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MigModeChange> NvmlBackend::SetMigMode(int gpu, MigMode mode) {
+  const Api& api = *api_;
+  absl::StatusOr<nvmlDevice_t> device = DeviceHandle(api, gpu);
+  if (!device.ok()) return device.status();
+  const unsigned value = mode == MigMode::kEnabled ? nvml::kMigEnable : nvml::kMigDisable;
+  nvml::nvmlReturn_t activation = kNvmlSuccess;
+  const int code = api.nvmlDeviceSetMigMode(*device, value, &activation);
+  if (code != kNvmlSuccess) {
+    return NvmlError(code, "nvmlDeviceSetMigMode (" + GpuText(gpu) + ", " +
+                               (mode == MigMode::kEnabled ? "enable" : "disable") + ")");
+  }
+  MigModeChange change;
+  change.applied = activation == kNvmlSuccess;
+  change.activation_code = activation;
+  return change;
+}
+
+absl::Status NvmlBackend::ResetGpu(int gpu) {
+  const Api& api = *api_;
+  absl::StatusOr<nvmlDevice_t> device = DeviceHandle(api, gpu);
+  if (!device.ok()) return device.status();
+  if (api.gpusliceTestResetGpu != nullptr) {
+    const int code = api.gpusliceTestResetGpu(U(gpu));
+    if (code != kNvmlSuccess) return NvmlError(code, "gpusliceTestResetGpu (" + GpuText(gpu) + ")");
+    return absl::OkStatus();
+  }
+  // NVML has no public reset function: nvidia-smi does it.
+  const std::vector<std::string> argv = {"nvidia-smi", "--gpu-reset", "-i", Str(gpu)};
+  std::string output;
+  const int status = RunCommand(argv, &output);
+  if (status == 0) return absl::OkStatus();
+  const std::string command = "nvidia-smi --gpu-reset -i " + Str(gpu);
+  if (status == 127) {
+    return absl::UnavailableError("cannot reset " + GpuText(gpu) +
+                                  ": NVML has no reset function and `" + command +
+                                  "` could not be run (nvidia-smi not on PATH?)");
+  }
+  if (status < 0) {
+    return absl::InternalError("cannot run `" + command + "`: " + std::strerror(errno));
+  }
+  // nvidia-smi exits with the NVML code for most failures; its text tells the rest.
+  const std::string text = Lower(output);
+  const bool known_code =
+      status > 0 && status < 128 && NvmlCodeName(status) != "NVML_ERROR_" + Str(status);
+  int code = kNvmlUnknown;
+  if (text.find("in use") != std::string::npos) {
+    code = kNvmlInUse;
+  } else if (known_code) {
+    code = status;
+  } else if (text.find("not supported") != std::string::npos) {
+    code = kNvmlNotSupported;
+  } else if (text.find("permission") != std::string::npos) {
+    code = kNvmlNoPermission;
+  }
+  std::string detail = FirstLines(output, 300);
+  return NvmlError(code, "`" + command + "` exited with " + Str(status) +
+                             (detail.empty() ? std::string() : " (\"" + detail + "\")"));
+}
+
+absl::Status NvmlBackend::TerminateProcess(std::uint32_t pid, int grace_seconds) {
+  const Api& api = *api_;
+  if (api.gpusliceTestTerminateProcess != nullptr) {
+    const int code = api.gpusliceTestTerminateProcess(pid);
+    if (code != kNvmlSuccess) {
+      return NvmlError(code, "gpusliceTestTerminateProcess (pid " + std::to_string(pid) + ")");
+    }
+    return absl::OkStatus();
+  }
+  if (api.gpusliceTestResetGpu != nullptr) {
+    // The test library without its terminate hook: its pids are simulated, never signal them.
+    return absl::FailedPreconditionError(
+        "refusing to signal pid " + std::to_string(pid) + ": " + library_ +
+        " is the test NVML library and does not export " + nvml::kTestTerminateProcessSymbol);
+  }
+  return Backend::TerminateProcess(pid, grace_seconds);
+}
+
+absl::StatusOr<std::vector<ProcessInfo>> NvmlBackend::ListProcesses(int gpu) {
+  const Api& api = *api_;
+  absl::StatusOr<nvmlDevice_t> device = DeviceHandle(api, gpu);
+  if (!device.ok()) return device.status();
+  std::vector<nvml::nvmlProcessInfo_t> infos;
+  unsigned count = 0;
+  int code = kNvmlInsufficientSize;
+  for (int attempt = 0; attempt < 8 && code == kNvmlInsufficientSize; ++attempt) {
+    count = static_cast<unsigned>(infos.size());
+    code = api.nvmlDeviceGetComputeRunningProcesses_v3(*device, &count,
+                                                       infos.empty() ? nullptr : infos.data());
+    if (code == kNvmlInsufficientSize) infos.resize(count + 8U);  // processes may start meanwhile
+  }
+  if (code != kNvmlSuccess) {
+    return NvmlError(code, "nvmlDeviceGetComputeRunningProcesses_v3 (" + GpuText(gpu) + ")");
+  }
+  infos.resize(std::min<size_t>(count, infos.size()));
+  std::vector<ProcessInfo> out;
+  for (const nvml::nvmlProcessInfo_t& info : infos) {
+    ProcessInfo process;
+    process.pid = info.pid;
+    process.used_memory_mib = ToMib(info.usedGpuMemory);
+    process.gi = info.gpuInstanceId == nvml::kInvalidInstanceId ? -1 : I(info.gpuInstanceId);
+    process.ci =
+        info.computeInstanceId == nvml::kInvalidInstanceId ? -1 : I(info.computeInstanceId);
+    char name[nvml::kProcessNameBufferSize] = {};
+    code = api.nvmlSystemGetProcessName(info.pid, name, sizeof name);
+    if (code == kNvmlSuccess) {
+      process.name = FromBuffer(name, sizeof name);
+    } else if (code != kNvmlNotFound && code != kNvmlNoPermission) {  // exited, or not ours to see
+      return NvmlError(code, "nvmlSystemGetProcessName (pid " + std::to_string(info.pid) + ")");
+    }
+    out.push_back(std::move(process));
+  }
+  return out;
+}
+
+absl::StatusOr<MemoryInfo> NvmlBackend::GetMemory(int gpu, std::optional<int> gi,
+                                                  std::optional<int> ci) {
+  const Api& api = *api_;
+  absl::StatusOr<nvmlDevice_t> device = DeviceHandle(api, gpu);
+  if (!device.ok()) return device.status();
+  nvmlDevice_t target = *device;
+  std::string what = GpuText(gpu);
+  if (gi) {
+    absl::StatusOr<std::vector<MigDevice>> migs = MigDevices(api, *device, gpu);
+    if (!migs.ok()) return migs.status();
+    target = nullptr;
+    for (const MigDevice& mig : *migs) {
+      if (mig.gi == *gi && (!ci || mig.ci == *ci)) {
+        target = mig.handle;
+        break;
+      }
+    }
+    what = ci ? "CI " + Str(*ci) + " of " + GiText(gpu, *gi) : GiText(gpu, *gi);
+    if (target == nullptr) {
+      // No MIG device: the GI (or the CI) does not exist, or the GI has no CI yet, in which case
+      // nothing can run in it and its memory is all free.
+      absl::StatusOr<nvmlGpuInstance_t> instance = GiHandle(api, *device, gpu, *gi);
+      if (!instance.ok()) return instance.status();
+      if (ci) return NvmlError(kNvmlNotFound, "MIG device of " + what);
+      absl::StatusOr<GpuInstanceInfo> info = GiInfo(api, *instance, gpu, what);
+      if (!info.ok()) return info.status();
+      absl::StatusOr<nvmlGpuInstanceProfileInfo_t> profile =
+          GiProfileById(api, *device, gpu, info->profile_id);
+      if (!profile.ok()) return profile.status();
+      MemoryInfo memory;
+      memory.total_mib = static_cast<std::int64_t>(profile->memorySizeMB);
+      memory.free_mib = memory.total_mib;
+      return memory;
+    }
+  }
+  nvml::nvmlMemory_t memory{};
+  const int code = api.nvmlDeviceGetMemoryInfo(target, &memory);
+  if (code != kNvmlSuccess) return NvmlError(code, "nvmlDeviceGetMemoryInfo (" + what + ")");
+  MemoryInfo out;
+  out.total_mib = ToMib(memory.total);
+  out.used_mib = ToMib(memory.used);
+  out.free_mib = ToMib(memory.free);
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> NvmlBackend::ListGpuHolders(int gpu) {
+  absl::StatusOr<nvmlDevice_t> device = DeviceHandle(*api_, gpu);
+  if (!device.ok()) return device.status();
+  // NVML cannot tell which clients hold a GPU; these daemons and the display driver are the usual
+  // ones (mig-facts §4.4). They hold every GPU of the machine.
+  std::vector<std::pair<long, std::string>> found;
+  if (DIR* dir = ::opendir(proc_root_.c_str()); dir != nullptr) {
+    while (const dirent* entry = ::readdir(dir)) {
+      const std::string pid_text = entry->d_name;
+      if (pid_text.empty() || !std::all_of(pid_text.begin(), pid_text.end(),
+                                           [](char c) { return c >= '0' && c <= '9'; })) {
+        continue;
+      }
+      std::ifstream file(proc_root_ + "/" + pid_text + "/comm");
+      std::string comm;
+      if (!file || !std::getline(file, comm)) continue;
+      for (const HolderPattern& pattern : kHolderPatterns) {
+        if (comm.rfind(pattern.comm_prefix, 0) == 0) {
+          found.emplace_back(std::strtol(pid_text.c_str(), nullptr, 10),
+                             std::string(pattern.name) + " (pid " + pid_text + ")");
+          break;
+        }
+      }
+    }
+    ::closedir(dir);
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& [pid, text] : found) out.push_back(std::move(text));
+  struct stat info {};
+  if (::stat((sys_module_root_ + "/nvidia_drm").c_str(), &info) == 0) {
+    out.push_back("nvidia_drm module loaded");
+  }
+  return out;
+}
+
+}  // namespace gpuslice::device

@@ -1,0 +1,422 @@
+#include "gpuslice/device/sim_machine.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/status/status.h"
+#include "gpuslice/geometry/compute_instances.h"
+#include "gpuslice/geometry/shape.h"
+
+namespace gpuslice::device::sim {
+namespace {
+
+constexpr int kMaxGpus = 64;
+
+std::string Trim(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  return std::string(text);
+}
+
+// splitmix64: deterministic ids from (seed, counter).
+std::uint64_t Mix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+std::string MakeUuid(SimState& state, std::string_view prefix) {
+  const std::uint64_t a = Mix(state.seed ^ Mix(++state.uuid_counter));
+  const std::uint64_t b = Mix(a);
+  char uuid[64];
+  std::snprintf(uuid, sizeof uuid, "%.*s-%08x-%04x-%04x-%04x-%012llx", static_cast<int>(prefix.size()),
+                prefix.data(), static_cast<unsigned>(a >> 32),
+                static_cast<unsigned>((a >> 16) & 0xFFFF), static_cast<unsigned>(a & 0xFFFF),
+                static_cast<unsigned>(b >> 48), static_cast<unsigned long long>(b & 0xFFFFFFFFFFFFULL));
+  return uuid;
+}
+
+geometry::Occupancy OccupancyOf(const geometry::Shape& shape, const SimGpu& gpu) {
+  geometry::Occupancy occupancy;
+  for (const SimGi& gi : gpu.gis) {
+    const hw::GiProfile* profile = shape.mig().FindProfileBySmiId(gi.profile_id);
+    if (profile != nullptr) shape.Add(occupancy, shape.mig().IndexOf(*profile), gi.start);
+  }
+  return occupancy;
+}
+
+bool HasProcessOn(const SimGpu& gpu, int gi, int ci) {
+  return std::any_of(gpu.processes.begin(), gpu.processes.end(), [&](const SimProcess& p) {
+    return p.gi == gi && (ci < 0 || p.ci == ci);
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<SimState> NewMachine(const hw::Catalog& catalog, std::string_view spec,
+                                    std::uint64_t seed) {
+  SimState state;
+  state.seed = seed;
+  std::string text(spec);
+  size_t begin = 0;
+  std::vector<const hw::GpuModel*> models;
+  while (begin <= text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string item = Trim(std::string_view(text).substr(begin, end - begin));
+    begin = end + 1;
+    if (item.empty()) {
+      if (end == text.size() && !models.empty()) break;
+      return absl::InvalidArgumentError("fleet spec '" + std::string(spec) +
+                                        "': empty item; expected e.g. 2xH100-80GB,1xA100-40GB");
+    }
+    int count = 1;
+    size_t digits = 0;
+    while (digits < item.size() && std::isdigit(static_cast<unsigned char>(item[digits]))) ++digits;
+    if (digits > 0 && digits < item.size() && (item[digits] == 'x' || item[digits] == '*')) {
+      std::from_chars(item.data(), item.data() + digits, count);
+      item = Trim(std::string_view(item).substr(digits + 1));
+    }
+    if (count < 1 || count > kMaxGpus) {
+      return absl::InvalidArgumentError("fleet spec: bad GPU count in '" + item + "' (1-64)");
+    }
+    absl::StatusOr<const hw::GpuModel*> model = catalog.Resolve(item);
+    if (!model.ok()) return model.status();
+    for (int i = 0; i < count; ++i) models.push_back(*model);
+    if (end == text.size()) break;
+  }
+  if (models.empty()) return absl::InvalidArgumentError("fleet spec is empty");
+  if (models.size() > kMaxGpus) {
+    return absl::InvalidArgumentError("fleet spec: at most 64 GPUs per simulated machine");
+  }
+  for (size_t i = 0; i < models.size(); ++i) {
+    const hw::GpuModel& model = *models[i];
+    SimGpu gpu;
+    gpu.index = static_cast<int>(i);
+    gpu.model_id = model.id;
+    gpu.name = model.nvml_names.empty() ? model.display_name : model.nvml_names.front();
+    gpu.pci_device_id = model.pci_device_ids.empty() ? 0 : model.pci_device_ids.front();
+    char bus[32];
+    std::snprintf(bus, sizeof bus, "00000000:%02X:00.0", static_cast<unsigned>(0x18 + 0x10 * i) & 0xFFU);
+    gpu.bus_id = bus;
+    gpu.memory_total_mib = model.memory_mib;
+    gpu.mig_capable = model.mig_capable();
+    state.gpus.push_back(std::move(gpu));
+  }
+  for (SimGpu& gpu : state.gpus) gpu.uuid = MakeUuid(state, "GPU");
+  return state;
+}
+
+SimMachine::SimMachine(SimState& state, const hw::Catalog& catalog)
+    : state_(state), catalog_(catalog) {}
+
+int SimMachine::Enter(std::string_view call) {
+  if (state_.faults.empty()) return kNvmlSuccess;
+  ++state_.calls;
+  for (FaultRule& rule : state_.faults) {
+    if (rule.times == 0) continue;
+    if (rule.at_call != 0 && rule.at_call != state_.calls) continue;
+    if (!rule.match.empty() && call.find(rule.match) == std::string_view::npos) continue;
+    if (rule.times > 0) --rule.times;
+    if (rule.abort_process) {
+      if (before_abort_) before_abort_();
+      std::fprintf(stderr, "gpuslice simulator: injected abort at call %lld (%.*s)\n",
+                   static_cast<long long>(state_.calls), static_cast<int>(call.size()), call.data());
+      std::abort();
+    }
+    return rule.code;
+  }
+  return kNvmlSuccess;
+}
+
+const SimGpu* SimMachine::Gpu(int index) const {
+  if (index < 0 || index >= GpuCount()) return nullptr;
+  return &state_.gpus[static_cast<size_t>(index)];
+}
+
+SimGpu* SimMachine::MutableGpu(int index) {
+  if (index < 0 || index >= GpuCount()) return nullptr;
+  return &state_.gpus[static_cast<size_t>(index)];
+}
+
+const hw::GpuModel* SimMachine::ModelOf(int gpu) const {
+  const SimGpu* g = Gpu(gpu);
+  return g == nullptr ? nullptr : catalog_.Find(g->model_id);
+}
+
+const SimGi* SimMachine::Gi(int gpu, int gi) const {
+  const SimGpu* g = Gpu(gpu);
+  if (g == nullptr) return nullptr;
+  for (const SimGi& instance : g->gis) {
+    if (instance.id == gi) return &instance;
+  }
+  return nullptr;
+}
+
+SimGi* SimMachine::MutableGi(int gpu, int gi) { return const_cast<SimGi*>(Gi(gpu, gi)); }
+
+std::string SimMachine::NewUuid(std::string_view prefix) { return MakeUuid(state_, prefix); }
+
+int SimMachine::SetMigMode(int gpu, MigMode mode, MigModeChange* change) {
+  SimGpu* g = MutableGpu(gpu);
+  if (g == nullptr) return kNvmlInvalidArgument;
+  if (!g->mig_capable) return kNvmlNotSupported;
+  *change = {};
+  if (mode == MigMode::kDisabled && !g->gis.empty()) return kNvmlInUse;
+  g->mig_pending = mode;
+  if (g->mig_current == mode) {
+    change->applied = true;
+    return kNvmlSuccess;
+  }
+  if (!g->processes.empty() || !g->holders.empty()) {
+    change->activation_code = kNvmlInUse;
+  } else if (!g->reset_supported) {
+    change->activation_code = kNvmlResetRequired;
+  } else {
+    g->mig_current = mode;  // the driver resets the idle GPU itself
+    change->applied = true;
+  }
+  return kNvmlSuccess;
+}
+
+int SimMachine::ResetGpu(int gpu) {
+  SimGpu* g = MutableGpu(gpu);
+  if (g == nullptr) return kNvmlInvalidArgument;
+  if (!g->reset_supported) return kNvmlNotSupported;
+  if (!g->processes.empty() || !g->holders.empty()) return kNvmlInUse;
+  g->gis.clear();
+  g->mig_current = g->mig_pending;
+  return kNvmlSuccess;
+}
+
+int SimMachine::CreateGi(int gpu, int profile_id, std::optional<int> start, int* gi_id) {
+  SimGpu* g = MutableGpu(gpu);
+  if (g == nullptr) return kNvmlInvalidArgument;
+  const hw::GpuModel* model = ModelOf(gpu);
+  if (!g->mig_capable || model == nullptr || !model->mig) return kNvmlNotSupported;
+  if (g->mig_current != MigMode::kEnabled) return kNvmlNotSupported;
+  const geometry::Shape shape(*model);
+  const hw::GiProfile* profile = shape.mig().FindProfileBySmiId(profile_id);
+  if (profile == nullptr) return kNvmlInvalidArgument;
+  const int index = shape.mig().IndexOf(*profile);
+  const geometry::Occupancy occupancy = OccupancyOf(shape, *g);
+  int at = 0;
+  if (start) {
+    if (!shape.StartAllowed(index, *start)) return kNvmlInvalidArgument;
+    if (!shape.CanAdd(occupancy, index, *start, {}).ok()) return kNvmlInsufficientResources;
+    at = *start;
+  } else {
+    at = shape.DefaultStart(occupancy, index);
+    if (at < 0) return kNvmlInsufficientResources;
+  }
+  SimGi gi;
+  gi.id = shape.GpuInstanceId(index, at);
+  gi.profile_id = profile_id;
+  gi.start = at;
+  gi.size = profile->placement_size;
+  g->gis.push_back(gi);
+  std::sort(g->gis.begin(), g->gis.end(), [](const SimGi& a, const SimGi& b) { return a.id < b.id; });
+  *gi_id = gi.id;
+  return kNvmlSuccess;
+}
+
+int SimMachine::CreateCi(int gpu, int gi_id, int ci_profile_id, std::optional<int> start, int* ci_id) {
+  SimGpu* g = MutableGpu(gpu);
+  if (g == nullptr) return kNvmlInvalidArgument;
+  SimGi* gi = MutableGi(gpu, gi_id);
+  if (gi == nullptr) return kNvmlNotFound;
+  const hw::GpuModel* model = ModelOf(gpu);
+  const hw::GiProfile* gi_profile = model->mig->FindProfileBySmiId(gi->profile_id);
+  const geometry::CiShape ci_shape(*model->mig, *gi_profile);
+  int ci_index = -1;
+  for (size_t i = 0; i < ci_shape.profiles().size(); ++i) {
+    if (ci_shape.profiles()[i].id == ci_profile_id) ci_index = static_cast<int>(i);
+  }
+  if (ci_index < 0) return kNvmlNotSupported;
+  std::vector<geometry::CiPlaced> existing;
+  for (const SimCi& ci : gi->cis) {
+    for (size_t i = 0; i < ci_shape.profiles().size(); ++i) {
+      if (ci_shape.profiles()[i].id == ci.profile_id) {
+        existing.push_back({static_cast<std::uint8_t>(i), static_cast<std::uint8_t>(ci.start)});
+      }
+    }
+  }
+  const hw::CiProfile& ci_profile = ci_shape.profiles()[static_cast<size_t>(ci_index)];
+  int at = -1;
+  if (start) {
+    if (std::find(ci_profile.starts.begin(), ci_profile.starts.end(), *start) == ci_profile.starts.end()) {
+      return kNvmlInvalidArgument;
+    }
+    at = *start;
+  }
+  auto fits = [&](int candidate) {
+    std::vector<geometry::CiPlaced> trial = existing;
+    trial.push_back({static_cast<std::uint8_t>(ci_index), static_cast<std::uint8_t>(candidate)});
+    return !ci_shape.Validate(trial).has_value();
+  };
+  if (at >= 0) {
+    if (!fits(at)) return kNvmlInsufficientResources;
+  } else {
+    for (int candidate : ci_profile.starts) {
+      if (fits(candidate)) {
+        at = candidate;
+        break;
+      }
+    }
+    if (at < 0) return kNvmlInsufficientResources;
+  }
+  int id = 0;
+  while (std::any_of(gi->cis.begin(), gi->cis.end(), [&](const SimCi& ci) { return ci.id == id; })) ++id;
+  if (id > 7) return kNvmlInsufficientResources;
+  SimCi ci;
+  ci.id = id;
+  ci.profile_id = ci_profile_id;
+  ci.start = at;
+  ci.size = ci_profile.slices;
+  ci.uuid = NewUuid("MIG");
+  gi->cis.push_back(ci);
+  std::sort(gi->cis.begin(), gi->cis.end(), [](const SimCi& a, const SimCi& b) { return a.id < b.id; });
+  *ci_id = id;
+  return kNvmlSuccess;
+}
+
+int SimMachine::DestroyGi(int gpu, int gi_id) {
+  SimGpu* g = MutableGpu(gpu);
+  if (g == nullptr) return kNvmlInvalidArgument;
+  SimGi* gi = MutableGi(gpu, gi_id);
+  if (gi == nullptr) return kNvmlNotFound;
+  if (!gi->cis.empty() || HasProcessOn(*g, gi_id, -1)) return kNvmlInUse;
+  g->gis.erase(std::remove_if(g->gis.begin(), g->gis.end(),
+                              [&](const SimGi& candidate) { return candidate.id == gi_id; }),
+               g->gis.end());
+  return kNvmlSuccess;
+}
+
+int SimMachine::DestroyCi(int gpu, int gi_id, int ci_id) {
+  SimGpu* g = MutableGpu(gpu);
+  if (g == nullptr) return kNvmlInvalidArgument;
+  SimGi* gi = MutableGi(gpu, gi_id);
+  if (gi == nullptr) return kNvmlNotFound;
+  auto it = std::find_if(gi->cis.begin(), gi->cis.end(), [&](const SimCi& ci) { return ci.id == ci_id; });
+  if (it == gi->cis.end()) return kNvmlNotFound;
+  if (HasProcessOn(*g, gi_id, ci_id)) return kNvmlInUse;
+  gi->cis.erase(it);
+  return kNvmlSuccess;
+}
+
+int SimMachine::RemainingGiCapacity(int gpu, int profile_id, int* count) const {
+  const SimGpu* g = Gpu(gpu);
+  if (g == nullptr) return kNvmlInvalidArgument;
+  const hw::GpuModel* model = ModelOf(gpu);
+  if (model == nullptr || !model->mig) return kNvmlNotSupported;
+  const geometry::Shape shape(*model);
+  const hw::GiProfile* profile = shape.mig().FindProfileBySmiId(profile_id);
+  if (profile == nullptr) return kNvmlInvalidArgument;
+  *count = g->mig_current == MigMode::kEnabled
+               ? shape.FreeCount(OccupancyOf(shape, *g), shape.mig().IndexOf(*profile))
+               : 0;
+  return kNvmlSuccess;
+}
+
+int SimMachine::RemainingCiCapacity(int gpu, int gi_id, int ci_profile_id, int* count) const {
+  const SimGi* gi = Gi(gpu, gi_id);
+  if (gi == nullptr) return kNvmlNotFound;
+  const hw::GpuModel* model = ModelOf(gpu);
+  const geometry::CiShape ci_shape(*model->mig, *model->mig->FindProfileBySmiId(gi->profile_id));
+  int ci_index = -1;
+  for (size_t i = 0; i < ci_shape.profiles().size(); ++i) {
+    if (ci_shape.profiles()[i].id == ci_profile_id) ci_index = static_cast<int>(i);
+  }
+  if (ci_index < 0) return kNvmlNotSupported;
+  std::vector<geometry::CiPlaced> existing;
+  for (const SimCi& ci : gi->cis) {
+    for (size_t i = 0; i < ci_shape.profiles().size(); ++i) {
+      if (ci_shape.profiles()[i].id == ci.profile_id) {
+        existing.push_back({static_cast<std::uint8_t>(i), static_cast<std::uint8_t>(ci.start)});
+      }
+    }
+  }
+  *count = ci_shape.FreeCount(existing, ci_index);
+  return kNvmlSuccess;
+}
+
+int SimMachine::Memory(int gpu, std::optional<int> gi_id, std::optional<int> ci_id,
+                       MemoryInfo* out) const {
+  const SimGpu* g = Gpu(gpu);
+  if (g == nullptr) return kNvmlInvalidArgument;
+  *out = {};
+  if (gi_id) {
+    const SimGi* gi = Gi(gpu, *gi_id);
+    if (gi == nullptr) return kNvmlNotFound;
+    if (ci_id && std::none_of(gi->cis.begin(), gi->cis.end(),
+                              [&](const SimCi& ci) { return ci.id == *ci_id; })) {
+      return kNvmlNotFound;
+    }
+    const hw::GpuModel* model = ModelOf(gpu);
+    out->total_mib = model->mig->FindProfileBySmiId(gi->profile_id)->memory_mib;
+    for (const SimProcess& p : g->processes) {
+      if (p.gi == *gi_id) out->used_mib += p.used_mib;  // CIs share their GI's memory
+    }
+  } else {
+    out->total_mib = g->memory_total_mib;
+    for (const SimProcess& p : g->processes) out->used_mib += p.used_mib;
+  }
+  out->free_mib = std::max<std::int64_t>(0, out->total_mib - out->used_mib);
+  return kNvmlSuccess;
+}
+
+int SimMachine::AddProcess(int gpu, const SimProcess& process) {
+  SimGpu* g = MutableGpu(gpu);
+  if (g == nullptr) return kNvmlInvalidArgument;
+  if (process.pid == 0 || process.used_mib < 0) return kNvmlInvalidArgument;
+  for (const SimGpu& other : state_.gpus) {
+    for (const SimProcess& p : other.processes) {
+      if (p.pid == process.pid && other.index == gpu) return kNvmlInvalidArgument;
+    }
+  }
+  if (g->mig_current == MigMode::kEnabled) {
+    const SimGi* gi = Gi(gpu, process.gi);
+    if (gi == nullptr) return kNvmlNotFound;
+    if (std::none_of(gi->cis.begin(), gi->cis.end(), [&](const SimCi& ci) { return ci.id == process.ci; })) {
+      return kNvmlNotFound;
+    }
+  } else if (process.gi >= 0 || process.ci >= 0) {
+    return kNvmlInvalidArgument;
+  }
+  g->processes.push_back(process);
+  return kNvmlSuccess;
+}
+
+int SimMachine::RemoveProcess(std::uint32_t pid) {
+  bool found = false;
+  for (SimGpu& gpu : state_.gpus) {
+    const size_t before = gpu.processes.size();
+    gpu.processes.erase(std::remove_if(gpu.processes.begin(), gpu.processes.end(),
+                                       [&](const SimProcess& p) { return p.pid == pid; }),
+                        gpu.processes.end());
+    found = found || gpu.processes.size() != before;
+  }
+  return found ? kNvmlSuccess : kNvmlNotFound;
+}
+
+int SimMachine::AddHolder(int gpu, const std::string& name) {
+  SimGpu* g = MutableGpu(gpu);
+  if (g == nullptr || name.empty()) return kNvmlInvalidArgument;
+  if (std::find(g->holders.begin(), g->holders.end(), name) == g->holders.end()) g->holders.push_back(name);
+  return kNvmlSuccess;
+}
+
+int SimMachine::RemoveHolder(int gpu, const std::string& name) {
+  SimGpu* g = MutableGpu(gpu);
+  if (g == nullptr) return kNvmlInvalidArgument;
+  auto it = std::find(g->holders.begin(), g->holders.end(), name);
+  if (it == g->holders.end()) return kNvmlNotFound;
+  g->holders.erase(it);
+  return kNvmlSuccess;
+}
+
+}  // namespace gpuslice::device::sim

@@ -1,0 +1,337 @@
+// One conformance suite for every device::Backend: the in-memory simulator, the simulator in a
+// state file, and the NVML backend running its real dlopen path over the test NVML library (built
+// from the simulator). Every driver rule the reconciler relies on has a test here.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "gpuslice/device/nvml_codes.h"
+#include "gpuslice/device/sim_backend.h"
+#include "gpuslice/device/sim_store.h"
+#include "gpuslice/hw/catalog.h"
+#ifdef GPUSLICE_FAKE_NVML
+#include "gpuslice/device/nvml_backend.h"
+#endif
+
+namespace gpuslice::device {
+namespace {
+
+using sim::SimMachine;
+using sim::SimState;
+
+const hw::Catalog& Catalog() { return hw::Catalog::Builtin(); }
+
+enum class Kind { kMemory, kFile, kNvml };
+
+std::string KindName(const testing::TestParamInfo<Kind>& info) {
+  switch (info.param) {
+    case Kind::kMemory:
+      return "SimInMemory";
+    case Kind::kFile:
+      return "SimStateFile";
+    case Kind::kNvml:
+      return "NvmlOverTestLibrary";
+  }
+  return "Unknown";
+}
+
+// A machine "0: A100-40GB, 1: H100-80GB, 2: L4, 3: A30-24GB" on the backend under test.
+class ConformanceTest : public testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<SimState> state = sim::NewMachine(Catalog(), "A100-40GB,H100-80GB,L4,A30");
+    ASSERT_TRUE(state.ok()) << state.status();
+    if (GetParam() == Kind::kMemory) {
+      auto memory = std::make_unique<SimBackend>(*state, Catalog());
+      memory_ = memory.get();
+      backend_ = std::move(memory);
+      return;
+    }
+    char pattern[] = "/tmp/gpuslice-conformance-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    path_ = dir_ + "/machine.json";
+    ASSERT_TRUE(sim::SimStore::Create(path_, *state, false).ok());
+    if (GetParam() == Kind::kFile) {
+      absl::StatusOr<std::unique_ptr<SimBackend>> file = SimBackend::OpenFile(path_, Catalog());
+      ASSERT_TRUE(file.ok()) << file.status();
+      backend_ = *std::move(file);
+      return;
+    }
+#ifdef GPUSLICE_FAKE_NVML
+    setenv("GPUSLICE_SIM", path_.c_str(), 1);
+    absl::StatusOr<std::unique_ptr<NvmlBackend>> nvml = NvmlBackend::Load(Catalog(), GPUSLICE_FAKE_NVML);
+    ASSERT_TRUE(nvml.ok()) << nvml.status();
+    backend_ = *std::move(nvml);
+#else
+    GTEST_SKIP() << "the test NVML library is not built";
+#endif
+  }
+
+  void TearDown() override {
+    backend_.reset();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    unsetenv("GPUSLICE_SIM");
+  }
+
+  // Simulation controls (processes, holders, faults) on the machine under test.
+  void Control(const std::function<int(SimState&, SimMachine&)>& fn) {
+    if (memory_ != nullptr) {
+      absl::Status status = memory_->Control("control", true, [&](SimMachine& machine) {
+        return fn(machine.state(), machine);
+      });
+      ASSERT_TRUE(status.ok()) << status;
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<sim::SimStore>> store = sim::SimStore::Open(path_);
+    ASSERT_TRUE(store.ok());
+    int code = 0;
+    ASSERT_TRUE((*store)
+                    ->Update([&](SimState& state, const std::function<void()>&) {
+                      SimMachine machine(state, Catalog());
+                      code = fn(state, machine);
+                      return true;
+                    })
+                    .ok());
+    ASSERT_EQ(code, 0);
+  }
+
+  void AddProcess(int gpu, std::uint32_t pid, int gi, int ci, std::int64_t mib = 1024) {
+    Control([&](SimState&, SimMachine& machine) {
+      return machine.AddProcess(gpu, {pid, "python", mib, gi, ci});
+    });
+  }
+
+  void EnableMig(int gpu) {
+    absl::StatusOr<MigModeChange> change = backend_->SetMigMode(gpu, MigMode::kEnabled);
+    ASSERT_TRUE(change.ok()) << change.status();
+    ASSERT_TRUE(change->applied);
+  }
+
+  int ProfileId(int gpu, const char* name) {
+    return (*backend_->ListGpus())[static_cast<size_t>(gpu)].model->mig->FindProfile(name)->smi_id;
+  }
+
+  std::unique_ptr<Backend> backend_;
+  SimBackend* memory_ = nullptr;
+  std::string dir_;
+  std::string path_;
+};
+
+TEST_P(ConformanceTest, ListsGpusWithIdentityAndMode) {
+  absl::StatusOr<std::vector<GpuInfo>> gpus = backend_->ListGpus();
+  ASSERT_TRUE(gpus.ok()) << gpus.status();
+  ASSERT_EQ(gpus->size(), 4u);
+  EXPECT_EQ((*gpus)[0].pci_device_id, 0x20B0);
+  EXPECT_EQ((*gpus)[1].pci_device_id, 0x2330);
+  EXPECT_EQ((*gpus)[1].name, "NVIDIA H100 80GB HBM3");
+  ASSERT_NE((*gpus)[1].model, nullptr);
+  EXPECT_EQ((*gpus)[1].model->id, "H100-80GB");
+  EXPECT_TRUE((*gpus)[0].mig_capable);
+  EXPECT_FALSE((*gpus)[2].mig_capable);  // L4
+  EXPECT_EQ((*gpus)[0].mig_current, MigMode::kDisabled);
+  EXPECT_TRUE((*gpus)[0].uuid.starts_with("GPU-"));
+  EXPECT_NE((*gpus)[0].uuid, (*gpus)[1].uuid);
+  EXPECT_GT((*gpus)[1].memory_total_mib, 80000);
+}
+
+TEST_P(ConformanceTest, MigModeOnGpuWithoutMigIsNotSupported) {
+  absl::StatusOr<MigModeChange> change = backend_->SetMigMode(2, MigMode::kEnabled);
+  EXPECT_TRUE(HasNvmlCode(change.status(), kNvmlNotSupported)) << change.status();
+}
+
+TEST_P(ConformanceTest, EnablingAnIdleGpuAppliesAtOnce) {
+  EnableMig(0);
+  const GpuInfo gpu = (*backend_->ListGpus())[0];
+  EXPECT_EQ(gpu.mig_current, MigMode::kEnabled);
+  EXPECT_EQ(gpu.mig_pending, MigMode::kEnabled);
+}
+
+TEST_P(ConformanceTest, ModeStaysPendingWhileAHolderHoldsTheGpuAndResetIsRefused) {
+  Control([](SimState&, SimMachine& machine) { return machine.AddHolder(0, "nvidia-persistenced"); });
+  absl::StatusOr<MigModeChange> change = backend_->SetMigMode(0, MigMode::kEnabled);
+  ASSERT_TRUE(change.ok()) << change.status();
+  EXPECT_FALSE(change->applied);
+  EXPECT_EQ(change->activation_code, kNvmlInUse);
+  GpuInfo gpu = (*backend_->ListGpus())[0];
+  EXPECT_EQ(gpu.mig_current, MigMode::kDisabled);
+  EXPECT_EQ(gpu.mig_pending, MigMode::kEnabled);
+  EXPECT_TRUE(HasNvmlCode(backend_->ResetGpu(0), kNvmlInUse));
+  absl::StatusOr<std::vector<std::string>> holders = backend_->ListGpuHolders(0);
+  if (GetParam() != Kind::kNvml) {  // NVML cannot see the simulator's holders
+    ASSERT_TRUE(holders.ok());
+    EXPECT_EQ(*holders, std::vector<std::string>{"nvidia-persistenced"});
+  }
+  Control([](SimState&, SimMachine& machine) { return machine.RemoveHolder(0, "nvidia-persistenced"); });
+  ASSERT_TRUE(backend_->ResetGpu(0).ok());
+  gpu = (*backend_->ListGpus())[0];
+  EXPECT_EQ(gpu.mig_current, MigMode::kEnabled);
+}
+
+TEST_P(ConformanceTest, PassthroughGpuCannotBeReset) {
+  Control([](SimState& state, SimMachine&) {
+    state.gpus[0].reset_supported = false;
+    return 0;
+  });
+  absl::StatusOr<MigModeChange> change = backend_->SetMigMode(0, MigMode::kEnabled);
+  ASSERT_TRUE(change.ok());
+  EXPECT_FALSE(change->applied);
+  EXPECT_EQ(change->activation_code, kNvmlResetRequired);
+  EXPECT_TRUE(HasNvmlCode(backend_->ResetGpu(0), kNvmlNotSupported));
+}
+
+TEST_P(ConformanceTest, CreatingWhileMigIsOffIsNotSupported) {
+  absl::StatusOr<GpuInstanceInfo> gi = backend_->CreateGpuInstance(0, ProfileId(0, "1g.5gb"), std::nullopt);
+  EXPECT_TRUE(HasNvmlCode(gi.status(), kNvmlNotSupported)) << gi.status();
+}
+
+TEST_P(ConformanceTest, DefaultPlacementFollowsTheDriverAndIdsFollowPlacement) {
+  EnableMig(0);  // A100-40GB: 9,19,19 -> 3g@4 (GI 2), 1g@0 (GI 7), 1g@1 (GI 8)
+  absl::StatusOr<GpuInstanceInfo> three = backend_->CreateGpuInstance(0, 9, std::nullopt);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->start, 4);
+  EXPECT_EQ(three->size, 4);
+  EXPECT_EQ(three->id, 2);
+  absl::StatusOr<GpuInstanceInfo> one = backend_->CreateGpuInstance(0, 19, std::nullopt);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->start, 0);
+  EXPECT_EQ(one->id, 7);
+  absl::StatusOr<GpuInstanceInfo> two = backend_->CreateGpuInstance(0, 19, std::nullopt);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->start, 1);
+  EXPECT_EQ(two->id, 8);
+  absl::StatusOr<std::vector<GpuInstanceInfo>> gis = backend_->ListGpuInstances(0);
+  ASSERT_TRUE(gis.ok());
+  ASSERT_EQ(gis->size(), 3u);
+  EXPECT_EQ((*gis)[0].id, 2);
+  EXPECT_EQ((*gis)[0].profile_id, 9);
+}
+
+TEST_P(ConformanceTest, CreationOrderMattersWithoutPlacements) {
+  EnableMig(0);  // 19,19,14,9 fails at the 3g: the 1g's took 6 and 4 (mig-facts §0.8)
+  ASSERT_TRUE(backend_->CreateGpuInstance(0, 19, std::nullopt).ok());
+  ASSERT_TRUE(backend_->CreateGpuInstance(0, 19, std::nullopt).ok());
+  ASSERT_TRUE(backend_->CreateGpuInstance(0, 14, std::nullopt).ok());
+  EXPECT_TRUE(HasNvmlCode(backend_->CreateGpuInstance(0, 9, std::nullopt).status(),
+                          kNvmlInsufficientResources));
+}
+
+TEST_P(ConformanceTest, ExplicitPlacementsAndTheirErrors) {
+  EnableMig(1);  // H100-80GB
+  absl::StatusOr<GpuInstanceInfo> gi = backend_->CreateGpuInstance(1, 9, 0);
+  ASSERT_TRUE(gi.ok()) << gi.status();
+  EXPECT_EQ(gi->id, 1);
+  EXPECT_EQ(gi->start, 0);
+  // Overlap.
+  EXPECT_TRUE(HasNvmlCode(backend_->CreateGpuInstance(1, 19, 2).status(), kNvmlInsufficientResources));
+  // A start the profile does not allow (1g never starts at 7; 3g not at 2).
+  EXPECT_TRUE(HasNvmlCode(backend_->CreateGpuInstance(1, 19, 7).status(), kNvmlInvalidArgument));
+  EXPECT_TRUE(HasNvmlCode(backend_->CreateGpuInstance(1, 9, 2).status(), kNvmlInvalidArgument));
+  // Instance cap: one 4g at most, and it would overlap anyway; +me at most once.
+  ASSERT_TRUE(backend_->CreateGpuInstance(1, 20, 4).ok());
+  EXPECT_TRUE(HasNvmlCode(backend_->CreateGpuInstance(1, 20, 5).status(), kNvmlInsufficientResources));
+  // The profile ID is not the NVML constant: 2 is NVML_GPU_INSTANCE_PROFILE_3_SLICE, not a profile ID.
+  EXPECT_TRUE(HasNvmlCode(backend_->CreateGpuInstance(1, 2, std::nullopt).status(), kNvmlInvalidArgument));
+}
+
+TEST_P(ConformanceTest, ComputeInstancesHaveStableMigUuids) {
+  EnableMig(1);
+  absl::StatusOr<GpuInstanceInfo> gi = backend_->CreateGpuInstance(1, 9, 4);
+  ASSERT_TRUE(gi.ok());
+  absl::StatusOr<ComputeInstanceInfo> a = backend_->CreateComputeInstance(1, gi->id, 0, std::nullopt);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<ComputeInstanceInfo> b = backend_->CreateComputeInstance(1, gi->id, 1, 1);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->start, 0);
+  EXPECT_EQ(b->start, 1);
+  EXPECT_EQ(b->size, 2);
+  EXPECT_TRUE(a->uuid.starts_with("MIG-"));
+  EXPECT_NE(a->uuid, b->uuid);
+  // A 2c does not fit beside them; nothing is left for a 3c either.
+  EXPECT_TRUE(HasNvmlCode(backend_->CreateComputeInstance(1, gi->id, 1, std::nullopt).status(),
+                          kNvmlInsufficientResources));
+  absl::StatusOr<std::vector<ComputeInstanceInfo>> first = backend_->ListComputeInstances(1, gi->id);
+  absl::StatusOr<std::vector<ComputeInstanceInfo>> second = backend_->ListComputeInstances(1, gi->id);
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_EQ(first->size(), 2u);
+  EXPECT_EQ((*first)[0].uuid, (*second)[0].uuid);
+  EXPECT_EQ((*first)[1].uuid, (*second)[1].uuid);
+}
+
+TEST_P(ConformanceTest, DestroyingBusyInstancesIsInUse) {
+  EnableMig(1);
+  absl::StatusOr<GpuInstanceInfo> gi = backend_->CreateGpuInstance(1, 14, 0);
+  ASSERT_TRUE(gi.ok());
+  absl::StatusOr<ComputeInstanceInfo> ci = backend_->CreateComputeInstance(1, gi->id, 1, std::nullopt);
+  ASSERT_TRUE(ci.ok());
+  // A GI with a compute instance cannot go.
+  EXPECT_TRUE(HasNvmlCode(backend_->DestroyGpuInstance(1, gi->id), kNvmlInUse));
+  AddProcess(1, 4242, gi->id, ci->id, 2048);
+  EXPECT_TRUE(HasNvmlCode(backend_->DestroyComputeInstance(1, gi->id, ci->id), kNvmlInUse));
+  absl::StatusOr<std::vector<ProcessInfo>> processes = backend_->ListProcesses(1);
+  ASSERT_TRUE(processes.ok());
+  ASSERT_EQ(processes->size(), 1u);
+  EXPECT_EQ((*processes)[0].pid, 4242u);
+  EXPECT_EQ((*processes)[0].gi, gi->id);
+  EXPECT_EQ((*processes)[0].ci, ci->id);
+  EXPECT_EQ((*processes)[0].used_memory_mib, 2048);
+  absl::StatusOr<MemoryInfo> memory = backend_->GetMemory(1, gi->id, ci->id);
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  EXPECT_EQ(memory->used_mib, 2048);
+  EXPECT_EQ(memory->total_mib, 20096);  // H100 2g.20gb
+  // The process exits: now CI, then GI, can go.
+  Control([](SimState&, SimMachine& machine) { return machine.RemoveProcess(4242); });
+  EXPECT_TRUE(backend_->DestroyComputeInstance(1, gi->id, ci->id).ok());
+  EXPECT_TRUE(backend_->DestroyGpuInstance(1, gi->id).ok());
+  EXPECT_TRUE(backend_->ListGpuInstances(1)->empty());
+}
+
+TEST_P(ConformanceTest, DisablingMigWithInstancesIsInUseAndResetClearsInstances) {
+  EnableMig(3);  // A30
+  ASSERT_TRUE(backend_->CreateGpuInstance(3, 5, std::nullopt).ok());
+  EXPECT_TRUE(HasNvmlCode(backend_->SetMigMode(3, MigMode::kDisabled).status(), kNvmlInUse));
+  ASSERT_TRUE(backend_->ResetGpu(3).ok());
+  EXPECT_TRUE(backend_->ListGpuInstances(3)->empty());
+  absl::StatusOr<MigModeChange> change = backend_->SetMigMode(3, MigMode::kDisabled);
+  ASSERT_TRUE(change.ok());
+  EXPECT_TRUE(change->applied);
+}
+
+TEST_P(ConformanceTest, InjectedFaultsSurfaceAsTheirNvmlCode) {
+  EnableMig(0);
+  Control([](SimState& state, SimMachine&) {
+    state.calls = 0;
+    state.faults.push_back({0, "CreateGpuInstance", kNvmlUnknown, false, 1});
+    return 0;
+  });
+  EXPECT_TRUE(HasNvmlCode(backend_->CreateGpuInstance(0, 19, std::nullopt).status(), kNvmlUnknown));
+  // Fired once: the next call works, and the failed one changed nothing.
+  absl::StatusOr<GpuInstanceInfo> gi = backend_->CreateGpuInstance(0, 19, std::nullopt);
+  ASSERT_TRUE(gi.ok()) << gi.status();
+  EXPECT_EQ(backend_->ListGpuInstances(0)->size(), 1u);
+}
+
+TEST_P(ConformanceTest, StatePersistsAcrossBackends) {
+  if (GetParam() == Kind::kMemory) GTEST_SKIP() << "in-memory machines do not persist";
+  EnableMig(1);
+  ASSERT_TRUE(backend_->CreateGpuInstance(1, 15, 6).ok());
+  absl::StatusOr<std::unique_ptr<SimBackend>> reopened = SimBackend::OpenFile(path_, Catalog());
+  ASSERT_TRUE(reopened.ok());
+  absl::StatusOr<std::vector<GpuInstanceInfo>> gis = (*reopened)->ListGpuInstances(1);
+  ASSERT_TRUE(gis.ok());
+  ASSERT_EQ(gis->size(), 1u);
+  EXPECT_EQ((*gis)[0].profile_id, 15);
+  EXPECT_EQ((*gis)[0].start, 6);
+  EXPECT_EQ((*gis)[0].id, 6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ConformanceTest,
+                         testing::Values(Kind::kMemory, Kind::kFile, Kind::kNvml), KindName);
+
+}  // namespace
+}  // namespace gpuslice::device
