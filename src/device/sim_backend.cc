@@ -116,6 +116,7 @@ absl::StatusOr<std::vector<GpuInstanceInfo>> SimBackend::ListGpuInstances(int gp
 absl::StatusOr<std::vector<ComputeInstanceInfo>> SimBackend::ListComputeInstances(int gpu, int gi) {
   std::vector<ComputeInstanceInfo> out;
   absl::Status status = Run("ListComputeInstances", false, [&](SimMachine& machine) {
+    if (machine.Gpu(gpu) == nullptr) return static_cast<int>(kNvmlInvalidArgument);
     const sim::SimGi* instance = machine.Gi(gpu, gi);
     if (instance == nullptr) return static_cast<int>(kNvmlNotFound);
     for (const sim::SimCi& ci : instance->cis) {

@@ -114,7 +114,7 @@ std::optional<std::pair<std::string, std::string>> SplitCiDeviceName(std::string
   // "<c>c.<g>g.<mem>gb..." : digits, 'c', '.', then the GI name.
   size_t i = 0;
   while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
-  if (i == 0 || i + 1 >= name.size() || name[i] != 'c' || name[i + 1] != '.') return std::nullopt;
+  if (i == 0 || i + 2 >= name.size() || name[i] != 'c' || name[i + 1] != '.') return std::nullopt;
   return std::make_pair(std::string(name.substr(0, i + 1)), std::string(name.substr(i + 2)));
 }
 

@@ -268,6 +268,7 @@ ResolvedLayout ResolveLayout(const Shape& shape, const ParsedLayout& parsed, con
   // 1. Fixed instances where they are given; the others as the driver would place them.
   Occupancy occupancy;
   bool default_ok = true;
+  bool placed_by_default = false;
   for (size_t i = 0; i < n; ++i) {
     const LayoutItem& item = parsed.items[i];
     if (item.start >= 0) {
@@ -275,9 +276,15 @@ ResolvedLayout ResolveLayout(const Shape& shape, const ParsedLayout& parsed, con
       result.instances[i].start = static_cast<std::uint8_t>(std::min(item.start, kMaxUnits));
       if (shape.CanAdd(occupancy, item.profile, item.start, rules).ok()) {
         shape.Add(occupancy, item.profile, item.start);
+      } else if (placed_by_default) {
+        // The driver's choice for an earlier item may be what collides: search instead.
+        default_ok = false;
+        result.default_order_fails_at = static_cast<int>(i);
+        break;
       }
       continue;
     }
+    placed_by_default = true;
     const int start = shape.DefaultStart(occupancy, item.profile, rules);
     if (start < 0) {
       default_ok = false;

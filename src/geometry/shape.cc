@@ -45,7 +45,6 @@ Shape::Shape(const hw::GpuModel& model) : model_(&model) {
       r.default_order[r.default_order_size++] = static_cast<std::uint8_t>(start);
     }
     ofa_total_ = std::max(ofa_total_, r.ofa);
-    jpeg_total_ = std::max(jpeg_total_, r.jpeg);
     base_unit_ = std::min(base_unit_, profile.placement_size);
     size_order_[static_cast<size_t>(p)] = static_cast<std::uint8_t>(p);
   }

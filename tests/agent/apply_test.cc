@@ -25,6 +25,20 @@ using device::sim::SimState;
 
 const hw::Catalog& Catalog() { return hw::Catalog::Builtin(); }
 
+// The GPU instances of a GPU (a failed call fails the test and gives none).
+std::vector<device::GpuInstanceInfo> GpuInstances(device::Backend& backend, int gpu) {
+  absl::StatusOr<std::vector<device::GpuInstanceInfo>> gis = backend.ListGpuInstances(gpu);
+  EXPECT_TRUE(gis.ok()) << gis.status();
+  return gis.ok() ? *std::move(gis) : std::vector<device::GpuInstanceInfo>{};
+}
+
+// The id of the first compute instance of a GI, or -1.
+int FirstCi(device::Backend& backend, int gpu, int gi) {
+  absl::StatusOr<std::vector<device::ComputeInstanceInfo>> cis = backend.ListComputeInstances(gpu, gi);
+  EXPECT_TRUE(cis.ok() && !cis->empty());
+  return cis.ok() && !cis->empty() ? cis->front().id : -1;
+}
+
 constexpr char kConfigs[] = R"(version: v1
 mig-configs:
   all-disabled:
@@ -126,11 +140,15 @@ class ApplyTest : public testing::Test {
   std::set<std::tuple<int, int, int, int>> Instances() {
     std::set<std::tuple<int, int, int, int>> out;
     std::unique_ptr<SimBackend> backend = Backend();
-    for (const device::GpuInfo& gpu : *backend->ListGpus()) {
+    const absl::StatusOr<std::vector<device::GpuInfo>> gpus = backend->ListGpus();
+    EXPECT_TRUE(gpus.ok());
+    if (!gpus.ok()) return out;
+    for (const device::GpuInfo& gpu : *gpus) {
       if (gpu.mig_current != device::MigMode::kEnabled) continue;
-      for (const device::GpuInstanceInfo& gi : *backend->ListGpuInstances(gpu.index)) {
-        out.insert({gpu.index, gi.id, gi.profile_id, gi.start});
-      }
+      const absl::StatusOr<std::vector<device::GpuInstanceInfo>> gis = backend->ListGpuInstances(gpu.index);
+      EXPECT_TRUE(gis.ok());
+      if (!gis.ok()) continue;
+      for (const device::GpuInstanceInfo& gi : *gis) out.insert({gpu.index, gi.id, gi.profile_id, gi.start});
     }
     return out;
   }
@@ -193,11 +211,11 @@ TEST_F(ApplyTest, BusyInstanceIsNotDestroyedWithoutForceAndNothingChanges) {
   // Put a process on GPU 0's 2g.20gb, which "inference" must destroy.
   std::unique_ptr<SimBackend> backend = Backend();
   int gi_2g = -1;
-  for (const device::GpuInstanceInfo& gi : *backend->ListGpuInstances(0)) {
+  for (const device::GpuInstanceInfo& gi : GpuInstances(*backend, 0)) {
     if (gi.profile_id == 14) gi_2g = gi.id;
   }
   ASSERT_GE(gi_2g, 0);
-  const int ci = (*backend->ListComputeInstances(0, gi_2g))[0].id;
+  const int ci = FirstCi(*backend, 0, gi_2g);
   backend.reset();
   Control([&](SimState&, SimMachine& machine) { return machine.AddProcess(0, {4242, "trainer", 3072, gi_2g, ci}); });
   const auto before = Instances();
@@ -218,10 +236,10 @@ TEST_F(ApplyTest, BusyInstanceThatFitsTheNewLayoutIsKept) {
   ASSERT_TRUE(Apply("balanced").ok());
   std::unique_ptr<SimBackend> backend = Backend();
   int gi_3g = -1;
-  for (const device::GpuInstanceInfo& gi : *backend->ListGpuInstances(1)) {
+  for (const device::GpuInstanceInfo& gi : GpuInstances(*backend, 1)) {
     if (gi.profile_id == 9) gi_3g = gi.id;
   }
-  const int ci = (*backend->ListComputeInstances(1, gi_3g))[0].id;
+  const int ci = FirstCi(*backend, 1, gi_3g);
   backend.reset();
   Control([&](SimState&, SimMachine& machine) { return machine.AddProcess(1, {777, "server", 1024, gi_3g, ci}); });
   absl::StatusOr<ApplyResult> result = Apply("inference");
@@ -237,7 +255,7 @@ TEST_F(ApplyTest, ComputeInstanceSplitsAndModeChanges) {
   std::unique_ptr<SimBackend> backend = Backend();
   EXPECT_EQ((*backend->ListGpus())[1].mig_current, device::MigMode::kDisabled);
   int split_gis = 0;
-  for (const device::GpuInstanceInfo& gi : *backend->ListGpuInstances(0)) {
+  for (const device::GpuInstanceInfo& gi : GpuInstances(*backend, 0)) {
     if (backend->ListComputeInstances(0, gi.id)->size() == 3) ++split_gis;
   }
   EXPECT_EQ(split_gis, 1);
@@ -353,12 +371,14 @@ TEST_P(FaultInjectionTest, NextApplyConvergesAfterAFailureAtEveryCall) {
     interrupted_runs += interrupted ? 1 : 0;
   }
   // The sweep must have hit calls inside the steps, not only the reads before them.
-  if (abort_process) EXPECT_GT(interrupted_runs, 3);
+  if (abort_process) {
+    EXPECT_GT(interrupted_runs, 3);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(FailOrAbort, FaultInjectionTest, testing::Values(false, true),
-                         [](const testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Abort" : "Fail";
+                         [](const testing::TestParamInfo<bool>& param) {
+                           return param.param ? "Abort" : "Fail";
                          });
 
 }  // namespace

@@ -28,7 +28,7 @@ struct Result {
 };
 
 // Runs `gpuslice ARGS` (ARGS are shell words, quoted by the caller where needed).
-Result Run(const std::string& args, bool with_stderr = true) {
+Result Gpuslice(const std::string& args, bool with_stderr = true) {
   const std::string command =
       std::string("'") + GPUSLICE_BINARY + "' " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   Result result;
@@ -46,7 +46,7 @@ Result Run(const std::string& args, bool with_stderr = true) {
 }
 
 nlohmann::json RunJson(const std::string& args, int expected_exit = 0) {
-  const Result result = Run(args, /*with_stderr=*/false);
+  const Result result = Gpuslice(args, /*with_stderr=*/false);
   EXPECT_EQ(result.exit_code, expected_exit) << args << "\n" << result.output;
   nlohmann::json json = nlohmann::json::parse(result.output, nullptr, /*allow_exceptions=*/false);
   EXPECT_FALSE(json.is_discarded()) << "not JSON: " << result.output;
@@ -54,25 +54,25 @@ nlohmann::json RunJson(const std::string& args, int expected_exit = 0) {
 }
 
 TEST(Cli, Help) {
-  const Result help = Run("--help");
+  const Result help = Gpuslice("--help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.output, AllOf(HasSubstr("gpus"), HasSubstr("profiles"), HasSubstr("layouts"),
                                  HasSubstr("check")));
-  EXPECT_EQ(Run("check --help").exit_code, 0);
-  const Result version = Run("--version");
+  EXPECT_EQ(Gpuslice("check --help").exit_code, 0);
+  const Result version = Gpuslice("--version");
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_THAT(version.output, HasSubstr("0.1.0"));
 }
 
 TEST(Cli, UsageErrorsExitTwo) {
-  EXPECT_EQ(Run("").exit_code, 2);
-  EXPECT_EQ(Run("frobnicate").exit_code, 2);
-  EXPECT_EQ(Run("check A100-40GB").exit_code, 2);
-  EXPECT_EQ(Run("check A100-40GB 9,19,19 --driver banana").exit_code, 2);
+  EXPECT_EQ(Gpuslice("").exit_code, 2);
+  EXPECT_EQ(Gpuslice("frobnicate").exit_code, 2);
+  EXPECT_EQ(Gpuslice("check A100-40GB").exit_code, 2);
+  EXPECT_EQ(Gpuslice("check A100-40GB 9,19,19 --driver banana").exit_code, 2);
 }
 
 TEST(CliCheck, ValidA100Layout) {
-  const Result r = Run("check A100-40GB 9,19,19");
+  const Result r = Gpuslice("check A100-40GB 9,19,19");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("VALID"));
   EXPECT_THAT(r.output, Not(HasSubstr("INVALID")));
@@ -105,13 +105,17 @@ TEST(CliCheck, ValidA100LayoutJson) {
   EXPECT_TRUE(found) << json["nvidia_smi"].dump();
   // After 3g@4 + 1g@0 + 1g@1: 1g slots 2 and 3 remain; 7g none.
   for (const auto& entry : json["capacity_left"]) {
-    if (entry["profile"] == "1g.5gb") EXPECT_EQ(entry["free"], 2);
-    if (entry["profile"] == "7g.40gb") EXPECT_EQ(entry["free"], 0);
+    if (entry["profile"] == "1g.5gb") {
+      EXPECT_EQ(entry["free"], 2);
+    }
+    if (entry["profile"] == "7g.40gb") {
+      EXPECT_EQ(entry["free"], 0);
+    }
   }
 }
 
 TEST(CliCheck, InstanceCapIsInvalid) {
-  const Result r = Run("check H100-80GB 4g.40gb,4g.40gb");
+  const Result r = Gpuslice("check H100-80GB 4g.40gb,4g.40gb");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output,
               AllOf(HasSubstr("INVALID"), HasSubstr("instance cap"), HasSubstr("4g.40gb")));
@@ -122,7 +126,7 @@ TEST(CliCheck, InstanceCapIsInvalid) {
 }
 
 TEST(CliCheck, UnknownProfileIdOnA30) {
-  const Result r = Run("check A30 9");
+  const Result r = Gpuslice("check A30 9");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, AllOf(HasSubstr("1g.6gb"), HasSubstr("4g.24gb"), HasSubstr("A30-24GB")));
   const nlohmann::json json = RunJson("check A30 9 --json", 1);
@@ -130,20 +134,20 @@ TEST(CliCheck, UnknownProfileIdOnA30) {
 }
 
 TEST(CliCheck, UnknownGpuSuggests) {
-  const Result r = Run("check H100-81GB 9");
+  const Result r = Gpuslice("check H100-81GB 9");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("H100-80GB"));
 }
 
 TEST(CliCheck, MalformedLayout) {
-  const Result r = Run("check A100-40GB 9@x");
+  const Result r = Gpuslice("check A100-40GB 9@x");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("x"));
-  EXPECT_EQ(Run("check A100-40GB '3g.20gb,,1g.5gb'").exit_code, 2);
+  EXPECT_EQ(Gpuslice("check A100-40GB '3g.20gb,,1g.5gb'").exit_code, 2);
 }
 
 TEST(CliCheck, NonMigGpu) {
-  const Result r = Run("check RTX-4090 9");
+  const Result r = Gpuslice("check RTX-4090 9");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("MIG"));
 }
@@ -153,17 +157,17 @@ TEST(CliCheck, KnownIssueOrderUsesExactSearch) {
   EXPECT_EQ(json["valid"], true);
   EXPECT_EQ(json["placement_method"], "exact-search");
   EXPECT_THAT(json["driver_default_order"].get<std::string>(), HasSubstr("item 4"));
-  const Result text = Run("check A100-40GB 19,19,14,9");
+  const Result text = Gpuslice("check A100-40GB 19,19,14,9");
   EXPECT_EQ(text.exit_code, 0);
   EXPECT_THAT(text.output, HasSubstr("Insufficient Resources"));
 }
 
 TEST(CliCheck, DriverOption) {
-  const Result old = Run("check A100-40GB 5,9 --driver R470");
+  const Result old = Gpuslice("check A100-40GB 5,9 --driver R470");
   EXPECT_EQ(old.exit_code, 1) << old.output;
   EXPECT_THAT(old.output, HasSubstr("R510"));
-  EXPECT_EQ(Run("check A100-40GB 5,9 --driver 510.47.03").exit_code, 0);
-  EXPECT_EQ(Run("check A100-40GB 5,9").exit_code, 0);
+  EXPECT_EQ(Gpuslice("check A100-40GB 5,9 --driver 510.47.03").exit_code, 0);
+  EXPECT_EQ(Gpuslice("check A100-40GB 5,9").exit_code, 0);
 }
 
 TEST(CliCheck, ComputeInstanceSplit) {
@@ -198,13 +202,13 @@ TEST(CliLayouts, A100_80GBMaximalJson) {
 }
 
 TEST(CliLayouts, BaseCountsText) {
-  const Result r = Run("layouts H100-80GB --maximal --base");
+  const Result r = Gpuslice("layouts H100-80GB --maximal --base");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.output, AllOf(HasSubstr("19 maximal layouts"), HasSubstr("14 distinct")));
   const nlohmann::json a30 = RunJson("layouts A30 --maximal --base --json");
   EXPECT_EQ(a30["layout_count"], 5);
   EXPECT_EQ(a30["multiset_count"], 4);
-  EXPECT_EQ(Run("layouts A100-40GB --profiles 3g.40gb").exit_code, 2);
+  EXPECT_EQ(Gpuslice("layouts A100-40GB --profiles 3g.40gb").exit_code, 2);
 }
 
 TEST(CliGpus, JsonListsEveryModel) {
@@ -221,7 +225,7 @@ TEST(CliGpus, JsonListsEveryModel) {
     EXPECT_EQ(gpu["mig_capable"], model->mig_capable()) << model->id;
     EXPECT_EQ(gpu["memory_mib"], model->memory_mib) << model->id;
   }
-  const Result text = Run("gpus");
+  const Result text = Gpuslice("gpus");
   EXPECT_EQ(text.exit_code, 0);
   EXPECT_THAT(text.output, AllOf(HasSubstr("H100-80GB"), HasSubstr("RTX-4090"), HasSubstr("T4")));
 }
@@ -242,10 +246,10 @@ TEST(CliProfiles, H100Json) {
     EXPECT_EQ(profile["placements"][1]["start"], 4);
     EXPECT_EQ(profile["placements"][1]["size"], 4);
   }
-  const Result text = Run("profiles A100-40GB");
+  const Result text = Gpuslice("profiles A100-40GB");
   EXPECT_EQ(text.exit_code, 0);
   EXPECT_THAT(text.output, AllOf(HasSubstr("{0,1,2,3,4,5,6}:1"), HasSubstr("4.75")));
-  EXPECT_EQ(Run("profiles RTX-4090").exit_code, 2);
+  EXPECT_EQ(Gpuslice("profiles RTX-4090").exit_code, 2);
 }
 
 TEST(CliCatalogOption, UserFileAddsAndRejects) {
@@ -278,16 +282,16 @@ gpus:
   }
   const nlohmann::json json = RunJson("--catalog '" + good + "' profiles CLI-TEST-GPU --json");
   EXPECT_EQ(json["profiles"].size(), 2u);
-  EXPECT_EQ(Run("--catalog '" + good + "' check CLI-TEST-GPU 19,19").exit_code, 0);
-  EXPECT_EQ(Run("--catalog '" + good + "' check CLI-TEST-GPU 0,19").exit_code, 1);
-  EXPECT_EQ(Run("check CLI-TEST-GPU 19").exit_code, 2);  // not in the built-in catalog
+  EXPECT_EQ(Gpuslice("--catalog '" + good + "' check CLI-TEST-GPU 19,19").exit_code, 0);
+  EXPECT_EQ(Gpuslice("--catalog '" + good + "' check CLI-TEST-GPU 0,19").exit_code, 1);
+  EXPECT_EQ(Gpuslice("check CLI-TEST-GPU 19").exit_code, 2);  // not in the built-in catalog
 
   const std::string bad = ::testing::TempDir() + "gpuslice_cli_bad.yaml";
   {
     std::ofstream file(bad);
     file << "version: 1\ngpus:\n- id: X\n  colour: red\n";
   }
-  const Result r = Run("--catalog '" + bad + "' gpus");
+  const Result r = Gpuslice("--catalog '" + bad + "' gpus");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("gpuslice_cli_bad.yaml:"));
   std::remove(good.c_str());

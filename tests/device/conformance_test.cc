@@ -243,17 +243,22 @@ TEST_P(ConformanceTest, ComputeInstancesHaveStableMigUuids) {
   EnableMig(1);
   absl::StatusOr<GpuInstanceInfo> gi = backend_->CreateGpuInstance(1, 9, 4);
   ASSERT_TRUE(gi.ok());
-  absl::StatusOr<ComputeInstanceInfo> a = backend_->CreateComputeInstance(1, gi->id, 0, std::nullopt);
+  // In a 3g GI a 2c can only start at slice 0 (mig-facts §2.11), a 1c anywhere.
+  EXPECT_TRUE(HasNvmlCode(backend_->CreateComputeInstance(1, gi->id, 1, 1).status(), kNvmlInvalidArgument));
+  absl::StatusOr<ComputeInstanceInfo> a = backend_->CreateComputeInstance(1, gi->id, 1, 0);
   ASSERT_TRUE(a.ok()) << a.status();
-  absl::StatusOr<ComputeInstanceInfo> b = backend_->CreateComputeInstance(1, gi->id, 1, 1);
+  absl::StatusOr<ComputeInstanceInfo> b = backend_->CreateComputeInstance(1, gi->id, 0, std::nullopt);
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(a->start, 0);
-  EXPECT_EQ(b->start, 1);
-  EXPECT_EQ(b->size, 2);
+  EXPECT_EQ(a->size, 2);
+  EXPECT_EQ(b->start, 2);  // the lowest free slice
+  EXPECT_EQ(b->size, 1);
   EXPECT_TRUE(a->uuid.starts_with("MIG-"));
   EXPECT_NE(a->uuid, b->uuid);
-  // A 2c does not fit beside them; nothing is left for a 3c either.
-  EXPECT_TRUE(HasNvmlCode(backend_->CreateComputeInstance(1, gi->id, 1, std::nullopt).status(),
+  // The GI is full now: neither another 1c nor a 3c fits.
+  EXPECT_TRUE(HasNvmlCode(backend_->CreateComputeInstance(1, gi->id, 0, std::nullopt).status(),
+                          kNvmlInsufficientResources));
+  EXPECT_TRUE(HasNvmlCode(backend_->CreateComputeInstance(1, gi->id, 2, std::nullopt).status(),
                           kNvmlInsufficientResources));
   absl::StatusOr<std::vector<ComputeInstanceInfo>> first = backend_->ListComputeInstances(1, gi->id);
   absl::StatusOr<std::vector<ComputeInstanceInfo>> second = backend_->ListComputeInstances(1, gi->id);
@@ -261,6 +266,11 @@ TEST_P(ConformanceTest, ComputeInstancesHaveStableMigUuids) {
   ASSERT_EQ(first->size(), 2u);
   EXPECT_EQ((*first)[0].uuid, (*second)[0].uuid);
   EXPECT_EQ((*first)[1].uuid, (*second)[1].uuid);
+  // A destroyed and re-created CI is a new MIG device with a new UUID.
+  ASSERT_TRUE(backend_->DestroyComputeInstance(1, gi->id, b->id).ok());
+  absl::StatusOr<ComputeInstanceInfo> c = backend_->CreateComputeInstance(1, gi->id, 0, std::nullopt);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(c->uuid, b->uuid);
 }
 
 TEST_P(ConformanceTest, DestroyingBusyInstancesIsInUse) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gpuslice/hw/catalog.h"
 #include "test_util.h"
 
 namespace gpuslice::geometry {
@@ -165,6 +166,48 @@ TEST(CiShape, FreeCount) {
   EXPECT_EQ(four.FreeCount(middle, Ci(four, "2c")), 1);  // 2c at {0,2}: only 2 is free
   EXPECT_EQ(four.FreeCount(middle, Ci(four, "1c")), 3);
   EXPECT_EQ(four.FreeCount(middle, Ci(four, "4c")), 0);
+}
+
+// The CI caps of the built-in table never bind below what fits, so test the cap with a user table
+// in which a 2-slice GI holds one 1c only.
+TEST(CiShape, CapBindsBelowGeometricCapacity) {
+  const char* const yaml = R"(version: 1
+compute_instance_profiles:
+  "2":
+    - {name: 1c, id: 0, slices: 1, max: 1, starts: [0, 1], confidence: unconfirmed}
+    - {name: 2c, id: 1, slices: 2, max: 1, starts: [0], default: true, confidence: unconfirmed}
+gpus:
+- id: CI-CAP-GPU
+  display_name: "CI cap test GPU"
+  pci_device_ids: ["0xABD2"]
+  architecture: Testarch
+  chip: T1
+  compute_capability: "9.0"
+  memory_mib: 16384
+  sms: 100
+  confidence: unconfirmed
+  mig:
+    compute_slices: 2
+    placement_units: 2
+    sms: 100
+    min_driver: "R525"
+    default_placement: {confidence: unconfirmed}
+    profiles:
+    - {name: 2g.16gb, smi_id: 0, nvml_const: 2_SLICE, compute_slices: 2, placement_size: 2, memory_mib: 16256, sms: 100,
+       engines: {ce: 2, dec: 1, enc: 0, jpeg: 1, ofa: 1}, max_instances: 1, starts: [0], confidence: unconfirmed}
+)";
+  absl::StatusOr<hw::Catalog> catalog = hw::Catalog::FromYaml(yaml, "ci.yaml");
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  const hw::MigSpec& mig = *catalog->models()[0].mig;
+  const CiShape s(mig, mig.profiles[0]);
+  EXPECT_EQ(s.FreeCount({}, Ci(s, "1c")), 1);
+  EXPECT_EQ(s.FreeCount(std::vector<CiPlaced>{C(s, "1c", 1)}, Ci(s, "1c")), 0);
+  EXPECT_FALSE(s.Place(Wanted(s, {"1c", "1c"})).has_value());
+  EXPECT_TRUE(s.Place(Wanted(s, {"1c"})).has_value());
+  const std::optional<std::string> cap =
+      s.Validate(std::vector<CiPlaced>{C(s, "1c", 0), C(s, "1c", 1)});
+  ASSERT_TRUE(cap.has_value());
+  EXPECT_THAT(*cap, HasSubstr("cap"));
 }
 
 TEST(CiShape, DeviceNames) {

@@ -144,17 +144,20 @@ TEST(ParseLayout, MigPartedCiDeviceNamesGroupIntoGpuInstances) {
   EXPECT_EQ(ParseOrDie(s, "6x1c.3g.40gb").items.size(), 2u);
 }
 
-TEST(ParseLayout, CiGroupingIsOnlyForConsecutiveItems) {
-  // layout_text.h: "Consecutive mig-parted style CI items of the same GI profile share one GI".
+TEST(ParseLayout, CiItemsOfOneGiProfileFillOneGiWhereverTheyStand) {
+  // layout_text.h: CI items of the same GI profile fill one GI before the next one is started,
+  // wherever they stand in the list (mig-parted's maps have no order).
   const Shape& s = ShapeOf("H100-80GB");
   const ParsedLayout parsed = ParseOrDie(s, "1c.3g.40gb,1g.10gb,1c.3g.40gb");
-  if (parsed.items.size() == 2u) {
-    GTEST_SKIP() << "BUG: '1c.3g.40gb,1g.10gb,1c.3g.40gb' puts the third item into the first GI "
-                    "although the items are not consecutive (2 GIs instead of 3)";
-  }
-  ASSERT_EQ(parsed.items.size(), 3u);
-  EXPECT_EQ(parsed.items[0].cis.size(), 1u);
-  EXPECT_EQ(parsed.items[2].cis.size(), 1u);
+  ASSERT_EQ(parsed.items.size(), 2u);
+  EXPECT_EQ(s.profile(parsed.items[0].profile).name, "3g.40gb");
+  EXPECT_EQ(parsed.items[0].cis.size(), 2u);
+  EXPECT_EQ(s.profile(parsed.items[1].profile).name, "1g.10gb");
+  // A fourth 1c does not fit in a 3g GI (3 compute slices): it starts a second GI.
+  const ParsedLayout four = ParseOrDie(s, "1c.3g.40gb,1c.3g.40gb,1c.3g.40gb,1c.3g.40gb");
+  ASSERT_EQ(four.items.size(), 2u);
+  EXPECT_EQ(four.items[0].cis.size(), 3u);
+  EXPECT_EQ(four.items[1].cis.size(), 1u);
 }
 
 TEST(ParseLayout, NoneAndEmpty) {
@@ -326,13 +329,9 @@ TEST(ResolveLayout, DefaultItemBeforeAFixedOneIsPlacedAroundIt) {
   for (const char* text : {"19,19@6", "19,9@4", "14,9@4"}) {
     SCOPED_TRACE(text);
     const ResolvedLayout r = Resolve(s, text);
-    if (!r.valid()) {
-      GTEST_SKIP() << "BUG: ResolveLayout(A100-40GB, \"" << text
-                   << "\") is invalid (overlap): the item without a start is placed by the "
-                      "driver's default order onto the unit the later fixed item needs, and no "
-                      "exact search follows; expected a valid layout with the fixed item kept";
-    }
+    ASSERT_TRUE(r.valid()) << Show(s, r.instances);
     EXPECT_EQ(r.method, PlacementMethod::kExactSearch);
+    EXPECT_EQ(r.default_order_fails_at, 1);
     EXPECT_TRUE(s.Validate(r.instances).ok()) << Show(s, r.instances);
     EXPECT_EQ(r.instances[1].start, std::string_view(text).ends_with("@6") ? 6 : 4);
   }

@@ -10,12 +10,13 @@
 //   "none" or "" = MIG enabled with no instances.
 // Examples: "3g.40gb,1g.10gb,1g.10gb", "9,19,19" (as `nvidia-smi mig -cgi 9,19,19 -C`),
 // "9@4,19@0,19@1", "2x1g.10gb,3g.40gb@4", "3g.40gb[1c,2c]", "1c.3g.40gb,1c.3g.40gb,1c.3g.40gb".
-// Consecutive mig-parted style CI items of the same GI profile share one GI while their CIs fit, as
-// mig-parted does.
+// mig-parted style CI items of the same GI profile fill one GI while their CIs fit before the next
+// GI of that profile is started, wherever they stand in the list (mig-parted's maps have no order).
 //
 // Resolution: instances given with a start stay there; the others are placed the way the driver
 // places instances created without a placement, in the order given (Shape::DefaultStart). If that
-// fails although the multiset fits, an exact search finds placements (the layout is still valid:
+// fails (no start left, or a later fixed instance collides with a default-placed one) although the
+// multiset fits, an exact search places them around the fixed ones (the layout is still valid:
 // gpuslice creates instances at explicit placements). Pure and deterministic.
 #pragma once
 

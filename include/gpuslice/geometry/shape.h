@@ -174,7 +174,6 @@ class Shape {
   int profile_count_ = 0;
   int units_ = 0;
   UnitMask all_units_ = 0;
-  std::uint8_t jpeg_total_ = 0;
   std::uint8_t ofa_total_ = 0;
   int base_unit_ = 1;
   std::array<ProfileRule, kMaxProfiles> rules_{};
