@@ -80,5 +80,6 @@ void AddCheckCommand(CLI::App& app, const GlobalOptions& global, Action* action)
 void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddApplyCommands(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddStatusCommand(CLI::App& app, const GlobalOptions& global, Action* action);
+void AddDoctorCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 
 }  // namespace gpuslice::cli

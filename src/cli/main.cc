@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
       "  gpuslice apply -f mig.yaml -c NAME   apply a mig-parted config (exact placements, safe)\n"
       "  gpuslice assert -f mig.yaml -c NAME  check it is applied\n"
       "  gpuslice export                      the current layout as a mig-parted config\n"
-      "  gpuslice status                      instances, UUIDs, memory and processes per GPU\n",
+      "  gpuslice status                      instances, UUIDs, memory and processes per GPU\n"
+      "  gpuslice doctor                      pre-deployment checklist for this node\n",
       "gpuslice");
   app.require_subcommand(1);
   app.set_version_flag("--version", "gpuslice 0.1.0");
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   AddSimCommand(app, global, &action);
   AddApplyCommands(app, global, &action);
   AddStatusCommand(app, global, &action);
+  AddDoctorCommand(app, global, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -1,5 +1,7 @@
 #include "gpuslice/device/nvml_backend.h"
 
+#include "gpuslice/util/process_scan.h"
+
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -238,17 +240,16 @@ std::string FirstLines(const std::string& text, size_t max_chars) {
 
 // Daemons that open GPUs and block a reset, by the prefix of /proc/PID/comm (which the kernel
 // truncates to 15 characters), with the name reported.
-struct HolderPattern {
-  const char* comm_prefix;
-  const char* name;
-};
-constexpr HolderPattern kHolderPatterns[] = {
-    {"nvidia-persiste", "nvidia-persistenced"},
-    {"nv-hostengine", "nv-hostengine (DCGM)"},
-    {"dcgm", "dcgm"},
-    {"nvsm", "nvsm"},
-    {"nv-fabricmanage", "nv-fabricmanager"},
-};
+const std::vector<util::ProcessPattern>& HolderPatterns() {
+  static const std::vector<util::ProcessPattern> patterns = {
+      {"nvidia-persiste", "nvidia-persistenced"},
+      {"nv-hostengine", "nv-hostengine (DCGM)"},
+      {"dcgm", "dcgm"},
+      {"nvsm", "nvsm"},
+      {"nv-fabricmanage", "nv-fabricmanager"},
+  };
+  return patterns;
+}
 
 }  // namespace
 
@@ -772,30 +773,10 @@ absl::StatusOr<std::vector<std::string>> NvmlBackend::ListGpuHolders(int gpu) {
   if (!device.ok()) return device.status();
   // NVML cannot tell which clients hold a GPU; these daemons and the display driver are the usual
   // ones (mig-facts §4.4). They hold every GPU of the machine.
-  std::vector<std::pair<long, std::string>> found;
-  if (DIR* dir = ::opendir(proc_root_.c_str()); dir != nullptr) {
-    while (const dirent* entry = ::readdir(dir)) {
-      const std::string pid_text = entry->d_name;
-      if (pid_text.empty() || !std::all_of(pid_text.begin(), pid_text.end(),
-                                           [](char c) { return c >= '0' && c <= '9'; })) {
-        continue;
-      }
-      std::ifstream file(proc_root_ + "/" + pid_text + "/comm");
-      std::string comm;
-      if (!file || !std::getline(file, comm)) continue;
-      for (const HolderPattern& pattern : kHolderPatterns) {
-        if (comm.rfind(pattern.comm_prefix, 0) == 0) {
-          found.emplace_back(std::strtol(pid_text.c_str(), nullptr, 10),
-                             std::string(pattern.name) + " (pid " + pid_text + ")");
-          break;
-        }
-      }
-    }
-    ::closedir(dir);
-  }
-  std::sort(found.begin(), found.end());
   std::vector<std::string> out;
-  for (auto& [pid, text] : found) out.push_back(std::move(text));
+  for (const util::FoundProcess& process : util::FindProcesses(proc_root_, HolderPatterns())) {
+    out.push_back(process.name + " (pid " + std::to_string(process.pid) + ")");
+  }
   struct stat info {};
   if (::stat((sys_module_root_ + "/nvidia_drm").c_str(), &info) == 0) {
     out.push_back("nvidia_drm module loaded");
