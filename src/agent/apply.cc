@@ -19,7 +19,8 @@ const hw::GpuModel* ModelOf(const hw::Catalog& catalog, const device::GpuInfo& i
 }
 
 std::string GpuLabel(const device::GpuInfo& info, const hw::GpuModel* model) {
-  return "GPU " + std::to_string(info.index) + " (" + (model != nullptr ? model->id : info.name) + ")";
+  return "GPU " + std::to_string(info.index) + " (" + (model != nullptr ? model->id : info.name) +
+         ")";
 }
 
 struct Target {
@@ -28,13 +29,15 @@ struct Target {
   GpuTarget target;
 };
 
-// The targets of the selected config for this machine's GPUs (GPUs no entry selects are left alone).
+// The targets of the selected config for this machine's GPUs (GPUs no entry selects are left
+// alone).
 absl::StatusOr<std::vector<Target>> TargetsFor(device::Backend& backend, const hw::Catalog& catalog,
                                                const spec::MigConfigFile& file,
                                                const std::string& config_name,
                                                const std::string& file_path,
                                                std::vector<std::string>* notes) {
-  absl::StatusOr<const std::vector<spec::ConfigEntry>*> entries = spec::SelectConfig(file, config_name);
+  absl::StatusOr<const std::vector<spec::ConfigEntry>*> entries =
+      spec::SelectConfig(file, config_name);
   if (!entries.ok()) return entries.status();
   absl::StatusOr<std::vector<device::GpuInfo>> gpus = backend.ListGpus();
   if (!gpus.ok()) return gpus.status();
@@ -45,12 +48,14 @@ absl::StatusOr<std::vector<Target>> TargetsFor(device::Backend& backend, const h
     if (!entry.ok()) return entry.status();
     const hw::GpuModel* model = ModelOf(catalog, info);
     if (*entry == nullptr) {
-      if (notes) notes->push_back(GpuLabel(info, model) + ": no entry of the config selects it; left alone");
+      if (notes)
+        notes->push_back(GpuLabel(info, model) + ": no entry of the config selects it; left alone");
       continue;
     }
     const spec::ConfigEntry& selected = **entry;
     if (selected.mig_enabled && !info.mig_capable && selected.devices.all) {
-      if (notes) notes->push_back(GpuLabel(info, model) + ": not MIG-capable; skipped (devices: all)");
+      if (notes)
+        notes->push_back(GpuLabel(info, model) + ": not MIG-capable; skipped (devices: all)");
       continue;
     }
     Target target;
@@ -81,9 +86,13 @@ std::string BusyReport(const std::vector<GpuPlan>& plans) {
       text += "\n  GPU " + std::to_string(plan.gpu) + " " + busy.instance + ":";
       for (const device::ProcessInfo& p : busy.processes) {
         char memory[32];
-        std::snprintf(memory, sizeof memory, "%.2f GiB", static_cast<double>(p.used_memory_mib) / 1024.0);
-        text += "\n    pid " + std::to_string(p.pid) + (p.name.empty() ? "" : " " + p.name) + ", " + memory;
-        if (p.gi >= 0) text += ", GPU instance " + std::to_string(p.gi) + " compute instance " + std::to_string(p.ci);
+        std::snprintf(memory, sizeof memory, "%.2f GiB",
+                      static_cast<double>(p.used_memory_mib) / 1024.0);
+        text += "\n    pid " + std::to_string(p.pid) + (p.name.empty() ? "" : " " + p.name) + ", " +
+                memory;
+        if (p.gi >= 0)
+          text += ", GPU instance " + std::to_string(p.gi) + " compute instance " +
+                  std::to_string(p.ci);
       }
     }
   }
@@ -129,7 +138,8 @@ absl::StatusOr<ApplyResult> ApplyConfig(device::Backend& backend, const hw::Cata
   if (!busy.empty() && !request.force) {
     return absl::FailedPreconditionError(
         "refusing to destroy GPU instances that have processes (nothing was changed; use --force "
-        "to terminate the processes first):" + busy);
+        "to terminate the processes first):" +
+        busy);
   }
 
   if (request.dry_run) {
@@ -138,9 +148,10 @@ absl::StatusOr<ApplyResult> ApplyConfig(device::Backend& backend, const hw::Cata
         log("GPU " + std::to_string(plan.gpu) + " (" + plan.model + "): already as configured");
         continue;
       }
-      log("GPU " + std::to_string(plan.gpu) + " (" + plan.model + "): " + std::to_string(plan.steps.size()) +
-          " steps (keep " + std::to_string(plan.kept) + ", destroy " + std::to_string(plan.destroyed) +
-          ", create " + std::to_string(plan.created) + " GPU instances)");
+      log("GPU " + std::to_string(plan.gpu) + " (" + plan.model +
+          "): " + std::to_string(plan.steps.size()) + " steps (keep " + std::to_string(plan.kept) +
+          ", destroy " + std::to_string(plan.destroyed) + ", create " +
+          std::to_string(plan.created) + " GPU instances)");
       for (size_t i = 0; i < plan.steps.size(); ++i) {
         log("  " + std::to_string(i + 1) + ". " + plan.steps[i].text);
       }
@@ -192,7 +203,9 @@ absl::StatusOr<ApplyResult> ApplyConfig(device::Backend& backend, const hw::Cata
         std::to_string(step.gpu) + ": " + step.text);
   };
   hooks.after = [&](const Step& step, size_t, size_t, const absl::Status& status) {
-    if (journal) (void)journal->StepDone(journal_index, step.text, status.ok() ? "" : std::string(status.message()));
+    if (journal)
+      (void)journal->StepDone(journal_index, step.text,
+                              status.ok() ? "" : std::string(status.message()));
     ++journal_index;
     if (!status.ok()) log("  failed: " + std::string(status.message()));
   };
@@ -275,7 +288,8 @@ absl::StatusOr<std::vector<std::string>> AssertConfig(device::Backend& backend,
                                                       const spec::MigConfigFile& file,
                                                       const std::string& config_name,
                                                       bool mode_only) {
-  absl::StatusOr<std::vector<Target>> targets = TargetsFor(backend, catalog, file, config_name, "", nullptr);
+  absl::StatusOr<std::vector<Target>> targets =
+      TargetsFor(backend, catalog, file, config_name, "", nullptr);
   if (!targets.ok()) return targets.status();
   std::vector<std::string> differences;
   for (Target& target : *targets) {
@@ -296,7 +310,8 @@ absl::StatusOr<std::vector<std::string>> AssertConfig(device::Backend& backend,
   return differences;
 }
 
-absl::StatusOr<spec::MigConfigFile> ExportConfig(device::Backend& backend, const hw::Catalog& catalog,
+absl::StatusOr<spec::MigConfigFile> ExportConfig(device::Backend& backend,
+                                                 const hw::Catalog& catalog,
                                                  const std::string& label, bool placements) {
   absl::StatusOr<std::vector<device::GpuInfo>> gpus = backend.ListGpus();
   if (!gpus.ok()) return gpus.status();
@@ -313,15 +328,16 @@ absl::StatusOr<spec::MigConfigFile> ExportConfig(device::Backend& backend, const
       entry.mig_devices = spec::MigDevicesOf(*model, gis);
       if (placements) {
         for (const spec::DesiredGi& gi : gis) {
-          entry.placements.push_back(model->mig->profiles[static_cast<size_t>(gi.profile)].name + "@" +
-                                     std::to_string(gi.start.value_or(0)));
+          entry.placements.push_back(model->mig->profiles[static_cast<size_t>(gi.profile)].name +
+                                     "@" + std::to_string(gi.start.value_or(0)));
         }
       }
     }
     // GPUs with the same model and layout share one entry.
     auto same = std::find_if(entries.begin(), entries.end(), [&](const spec::ConfigEntry& other) {
       if (other.device_filter != entry.device_filter || other.mig_enabled != entry.mig_enabled ||
-          other.placements != entry.placements || other.mig_devices.size() != entry.mig_devices.size()) {
+          other.placements != entry.placements ||
+          other.mig_devices.size() != entry.mig_devices.size()) {
         return false;
       }
       for (size_t i = 0; i < entry.mig_devices.size(); ++i) {

@@ -51,29 +51,33 @@ std::vector<Check> RunDoctor(device::Backend& backend, const hw::Catalog& catalo
   std::vector<Check> checks;
   absl::StatusOr<std::string> driver = backend.DriverVersion();
   if (!driver.ok()) {
-    checks.push_back({CheckLevel::kFail, "node", "cannot read the driver version: " +
-                                                     std::string(driver.status().message()),
+    checks.push_back({CheckLevel::kFail, "node",
+                      "cannot read the driver version: " + std::string(driver.status().message()),
                       "install the NVIDIA driver, or use --sim for a simulated machine"});
     return checks;
   }
-  checks.push_back({CheckLevel::kPass, "node", backend.Describe() + " answers (driver " + *driver + ")", ""});
+  checks.push_back(
+      {CheckLevel::kPass, "node", backend.Describe() + " answers (driver " + *driver + ")", ""});
   if (options.simulated) {
-    checks.push_back({CheckLevel::kInfo, "node", "simulated machine: CUDA and host-process checks skipped", ""});
+    checks.push_back(
+        {CheckLevel::kInfo, "node", "simulated machine: CUDA and host-process checks skipped", ""});
   } else {
-    if (void* cuda = ::dlopen(options.cuda_library.c_str(), RTLD_NOW | RTLD_LOCAL); cuda != nullptr) {
+    if (void* cuda = ::dlopen(options.cuda_library.c_str(), RTLD_NOW | RTLD_LOCAL);
+        cuda != nullptr) {
       ::dlclose(cuda);
-      checks.push_back({CheckLevel::kPass, "node", options.cuda_library + " loads (CUDA programs can run)", ""});
+      checks.push_back(
+          {CheckLevel::kPass, "node", options.cuda_library + " loads (CUDA programs can run)", ""});
     } else {
       checks.push_back({CheckLevel::kWarn, "node", options.cuda_library + " cannot be loaded",
                         "install the CUDA driver library (part of the NVIDIA driver); software "
                         "slicing and CUDA workloads need it"});
     }
-    const std::vector<util::FoundProcess> k8s = util::FindProcesses(
-        options.proc_root, {{"nvidia-device-p", "nvidia-device-plugin"},
-                            {"gpu-feature-dis", "gpu-feature-discovery"},
-                            {"dcgm-exporter", "dcgm-exporter"},
-                            {"nv-hostengine", "nv-hostengine (DCGM)"},
-                            {"k8s-device-plug", "k8s-device-plugin"}});
+    const std::vector<util::FoundProcess> k8s =
+        util::FindProcesses(options.proc_root, {{"nvidia-device-p", "nvidia-device-plugin"},
+                                                {"gpu-feature-dis", "gpu-feature-discovery"},
+                                                {"dcgm-exporter", "dcgm-exporter"},
+                                                {"nv-hostengine", "nv-hostengine (DCGM)"},
+                                                {"k8s-device-plug", "k8s-device-plugin"}});
     if (k8s.empty()) {
       checks.push_back({CheckLevel::kInfo, "node",
                         "no Kubernetes device plugin or GPU monitoring agent runs here", ""});
@@ -88,10 +92,12 @@ std::vector<Check> RunDoctor(device::Backend& backend, const hw::Catalog& catalo
   }
   absl::StatusOr<std::vector<device::GpuInfo>> gpus = backend.ListGpus();
   if (!gpus.ok()) {
-    checks.push_back({CheckLevel::kFail, "node", "cannot list GPUs: " + std::string(gpus.status().message()), ""});
+    checks.push_back({CheckLevel::kFail, "node",
+                      "cannot list GPUs: " + std::string(gpus.status().message()), ""});
     return checks;
   }
-  if (gpus->empty()) checks.push_back({CheckLevel::kWarn, "node", "no GPU found", "check `nvidia-smi -L`"});
+  if (gpus->empty())
+    checks.push_back({CheckLevel::kWarn, "node", "no GPU found", "check `nvidia-smi -L`"});
   for (const device::GpuInfo& info : *gpus) {
     const std::string gpu = "GPU " + std::to_string(info.index);
     const hw::GpuModel* model = info.model != nullptr ? info.model : catalog.Find(info.name);
@@ -101,7 +107,8 @@ std::vector<Check> RunDoctor(device::Backend& backend, const hw::Catalog& catalo
     }
     if (!info.mig_capable) {
       checks.push_back({CheckLevel::kInfo, gpu,
-                        info.name + " has no MIG: share it by software slicing (fractional GPUs)", ""});
+                        info.name + " has no MIG: share it by software slicing (fractional GPUs)",
+                        ""});
       continue;
     }
     checks.push_back({CheckLevel::kPass, gpu, info.name + " is MIG-capable", ""});
@@ -120,24 +127,27 @@ std::vector<Check> RunDoctor(device::Backend& backend, const hw::Catalog& catalo
     }
     const char* current = info.mig_current == device::MigMode::kEnabled ? "enabled" : "disabled";
     if (info.mig_current != info.mig_pending) {
-      checks.push_back({CheckLevel::kWarn, gpu,
-                        std::string("MIG mode is ") + current + " with a change to " +
-                            (info.mig_pending == device::MigMode::kEnabled ? "enabled" : "disabled") +
-                            " pending",
-                        "reset the GPU (nothing may hold it) or reboot; `gpuslice apply` does the "
-                        "reset and names what blocks it"});
+      checks.push_back(
+          {CheckLevel::kWarn, gpu,
+           std::string("MIG mode is ") + current + " with a change to " +
+               (info.mig_pending == device::MigMode::kEnabled ? "enabled" : "disabled") +
+               " pending",
+           "reset the GPU (nothing may hold it) or reboot; `gpuslice apply` does the "
+           "reset and names what blocks it"});
     } else {
       checks.push_back({CheckLevel::kInfo, gpu, std::string("MIG mode is ") + current, ""});
     }
     absl::StatusOr<GpuSnapshot> snapshot = TakeSnapshot(backend, info.index);
     if (!snapshot.ok()) {
-      checks.push_back({CheckLevel::kFail, gpu, "cannot read its state: " + std::string(snapshot.status().message()), ""});
+      checks.push_back({CheckLevel::kFail, gpu,
+                        "cannot read its state: " + std::string(snapshot.status().message()), ""});
       continue;
     }
     for (const std::string& holder : snapshot->holders) {
-      checks.push_back({CheckLevel::kWarn, gpu, holder + " holds the GPU: a MIG mode change would stay pending",
-                        "stop it before changing the MIG mode (e.g. systemctl stop nvidia-persistenced; "
-                        "unload nvidia_drm when no display needs it)"});
+      checks.push_back(
+          {CheckLevel::kWarn, gpu, holder + " holds the GPU: a MIG mode change would stay pending",
+           "stop it before changing the MIG mode (e.g. systemctl stop nvidia-persistenced; "
+           "unload nvidia_drm when no display needs it)"});
     }
     if (!snapshot->processes.empty()) {
       checks.push_back({CheckLevel::kInfo, gpu,
@@ -150,13 +160,16 @@ std::vector<Check> RunDoctor(device::Backend& backend, const hw::Catalog& catalo
       size_t without_ci = 0;
       for (const auto& cis : snapshot->cis) without_ci += cis.empty() ? 1U : 0U;
       if (without_ci > 0) {
-        checks.push_back({CheckLevel::kWarn, gpu,
-                          std::to_string(without_ci) +
-                              " GPU instance(s) without a compute instance: unusable by CUDA",
-                          "re-run `gpuslice apply` (it completes them) or create their compute instances"});
+        checks.push_back(
+            {CheckLevel::kWarn, gpu,
+             std::to_string(without_ci) +
+                 " GPU instance(s) without a compute instance: unusable by CUDA",
+             "re-run `gpuslice apply` (it completes them) or create their compute instances"});
       } else {
-        checks.push_back({CheckLevel::kInfo, gpu,
-                          std::to_string(snapshot->gis.size()) + " GPU instance(s), all with compute instances", ""});
+        checks.push_back(
+            {CheckLevel::kInfo, gpu,
+             std::to_string(snapshot->gis.size()) + " GPU instance(s), all with compute instances",
+             ""});
       }
     }
   }

@@ -72,8 +72,8 @@ absl::Status Journal::Append(const std::string& json_line) {
 }
 
 absl::Status Journal::Begin(const std::string& description, int total_steps) {
-  return Append(nlohmann::json{{"event", "begin"}, {"time", UtcNow()}, {"description", description},
-                               {"steps", total_steps}}
+  return Append(nlohmann::json{
+      {"event", "begin"}, {"time", UtcNow()}, {"description", description}, {"steps", total_steps}}
                     .dump());
 }
 
@@ -83,11 +83,14 @@ absl::Status Journal::StepStarted(int index, const std::string& text) {
 
 absl::Status Journal::StepDone(int index, const std::string& text, const std::string& error) {
   return Append(
-      nlohmann::json{{"event", "step-done"}, {"index", index}, {"text", text}, {"error", error}}.dump());
+      nlohmann::json{{"event", "step-done"}, {"index", index}, {"text", text}, {"error", error}}
+          .dump());
 }
 
 absl::Status Journal::End(bool ok, const std::string& summary) {
-  return Append(nlohmann::json{{"event", "end"}, {"time", UtcNow()}, {"ok", ok}, {"summary", summary}}.dump());
+  return Append(
+      nlohmann::json{{"event", "end"}, {"time", UtcNow()}, {"ok", ok}, {"summary", summary}}
+          .dump());
 }
 
 }  // namespace gpuslice::agent

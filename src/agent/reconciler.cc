@@ -39,7 +39,8 @@ std::vector<int> WantedCis(const hw::MigSpec& mig, const spec::DesiredGi& gi) {
 }
 
 std::string GiName(const hw::MigSpec& mig, int profile_index, int start, int gi_id) {
-  std::string text = mig.profiles[static_cast<size_t>(profile_index)].name + "@" + std::to_string(start);
+  std::string text =
+      mig.profiles[static_cast<size_t>(profile_index)].name + "@" + std::to_string(start);
   if (gi_id >= 0) text += " (GI " + std::to_string(gi_id) + ")";
   return text;
 }
@@ -61,7 +62,8 @@ std::string ProcessList(const std::vector<device::ProcessInfo>& processes) {
 bool PlaceMissingCis(const geometry::CiShape& shape, std::vector<geometry::CiPlaced> existing,
                      std::vector<int> missing, std::vector<geometry::CiPlaced>* placed) {
   std::sort(missing.begin(), missing.end(), [&](int a, int b) {
-    return shape.profiles()[static_cast<size_t>(a)].slices > shape.profiles()[static_cast<size_t>(b)].slices;
+    return shape.profiles()[static_cast<size_t>(a)].slices >
+           shape.profiles()[static_cast<size_t>(b)].slices;
   });
   placed->clear();
   for (int ci : missing) {
@@ -132,7 +134,9 @@ bool PlaceNew(const geometry::Shape& shape, const std::vector<CurrentGi>& curren
               const std::vector<int>& kept, const std::vector<spec::DesiredGi>& desired,
               const std::vector<int>& match_of_desired, std::vector<int>* starts) {
   geometry::Occupancy occupancy;
-  for (int c : kept) shape.Add(occupancy, current[static_cast<size_t>(c)].profile, current[static_cast<size_t>(c)].start);
+  for (int c : kept)
+    shape.Add(occupancy, current[static_cast<size_t>(c)].profile,
+              current[static_cast<size_t>(c)].start);
   starts->assign(desired.size(), -1);
   geometry::Counts free_counts{};
   for (size_t d = 0; d < desired.size(); ++d) {
@@ -170,10 +174,12 @@ std::vector<CurrentGi> ReadCurrent(const hw::MigSpec& mig, const GpuSnapshot& no
     c.profile = GiProfileIndex(mig, gi.profile_id);
     c.start = gi.start;
     if (c.profile >= 0) {
-      const auto& ci_profiles = mig.CiProfilesFor(mig.profiles[static_cast<size_t>(c.profile)].compute_slices);
+      const auto& ci_profiles =
+          mig.CiProfilesFor(mig.profiles[static_cast<size_t>(c.profile)].compute_slices);
       for (const device::ComputeInstanceInfo& ci : now.cis[i]) {
         const int index = CiIndexById(ci_profiles, ci.profile_id);
-        c.cis.push_back({static_cast<std::uint8_t>(std::max(index, 0)), static_cast<std::uint8_t>(ci.start)});
+        c.cis.push_back(
+            {static_cast<std::uint8_t>(std::max(index, 0)), static_cast<std::uint8_t>(ci.start)});
         c.ci_ids.push_back(ci.id);
       }
     }
@@ -190,8 +196,8 @@ void AddDestroyAll(const hw::MigSpec& mig, const GpuSnapshot& now, const Current
   for (const device::ProcessInfo& p : now.processes) {
     if (p.gi == gi.id) on_gi.push_back(p);
   }
-  const std::string name = gi.profile >= 0 ? GiName(mig, gi.profile, gi.start, gi.id)
-                                           : "GI " + std::to_string(gi.id);
+  const std::string name =
+      gi.profile >= 0 ? GiName(mig, gi.profile, gi.start, gi.id) : "GI " + std::to_string(gi.id);
   if (!on_gi.empty()) {
     plan->busy.push_back({gi.id, -1, name, on_gi});
     if (options.force) {
@@ -201,8 +207,8 @@ void AddDestroyAll(const hw::MigSpec& mig, const GpuSnapshot& now, const Current
         step.gpu = now.info.index;
         step.pid = p.pid;
         step.gi = gi.id;
-        step.text = "terminate pid " + std::to_string(p.pid) + (p.name.empty() ? "" : " (" + p.name + ")") +
-                    " on " + name + " (--force)";
+        step.text = "terminate pid " + std::to_string(p.pid) +
+                    (p.name.empty() ? "" : " (" + p.name + ")") + " on " + name + " (--force)";
         plan->steps.push_back(step);
       }
     }
@@ -259,7 +265,8 @@ absl::StatusOr<GpuSnapshot> TakeSnapshot(device::Backend& backend, int gpu) {
     if (!gis.ok()) return gis.status();
     snapshot.gis = *gis;
     for (const device::GpuInstanceInfo& gi : snapshot.gis) {
-      absl::StatusOr<std::vector<device::ComputeInstanceInfo>> cis = backend.ListComputeInstances(gpu, gi.id);
+      absl::StatusOr<std::vector<device::ComputeInstanceInfo>> cis =
+          backend.ListComputeInstances(gpu, gi.id);
       if (!cis.ok()) return cis.status();
       snapshot.cis.push_back(*cis);
     }
@@ -324,7 +331,8 @@ absl::StatusOr<GpuPlan> PlanGpu(const hw::GpuModel* model, const GpuSnapshot& no
   const std::vector<spec::DesiredGi>& desired = target.gis;
 
   // Which current GIs can complete which desired GIs.
-  std::vector<std::vector<bool>> compatible(current.size(), std::vector<bool>(desired.size(), false));
+  std::vector<std::vector<bool>> compatible(current.size(),
+                                            std::vector<bool>(desired.size(), false));
   for (size_t c = 0; c < current.size(); ++c) {
     for (size_t d = 0; d < desired.size(); ++d) {
       std::vector<geometry::CiPlaced> unused;
@@ -359,8 +367,8 @@ absl::StatusOr<GpuPlan> PlanGpu(const hw::GpuModel* model, const GpuSnapshot& no
   }
   if (best_score < 0) {
     return absl::FailedPreconditionError("the target layout does not fit on GPU " +
-                                         std::to_string(gpu) + " (" + model->id + "): " +
-                                         target.source);
+                                         std::to_string(gpu) + " (" + model->id +
+                                         "): " + target.source);
   }
   // Remove what is not kept.
   for (size_t c = 0; c < n; ++c) {
@@ -377,7 +385,8 @@ absl::StatusOr<GpuPlan> PlanGpu(const hw::GpuModel* model, const GpuSnapshot& no
       Completes(mig, current[static_cast<size_t>(c)], desired[d], &to_add);
       const CurrentGi& gi = current[static_cast<size_t>(c)];
       if (!to_add.empty()) {
-        AddCreateCis(mig, gpu, gi.profile, gi.id, -1, to_add, GiName(mig, gi.profile, gi.start, gi.id), &plan);
+        AddCreateCis(mig, gpu, gi.profile, gi.id, -1, to_add,
+                     GiName(mig, gi.profile, gi.start, gi.id), &plan);
         plan.notes.push_back(GiName(mig, gi.profile, gi.start, gi.id) +
                              " is kept and gets its missing compute instances");
       }
@@ -441,18 +450,20 @@ absl::Status Execute(device::Backend& backend, const GpuPlan& plan, const Execut
             holders.ok()) {
           for (const std::string& holder : *holders) held += (held.empty() ? "" : ", ") + holder;
         }
-        if (absl::StatusOr<std::vector<device::ProcessInfo>> processes = backend.ListProcesses(step.gpu);
+        if (absl::StatusOr<std::vector<device::ProcessInfo>> processes =
+                backend.ListProcesses(step.gpu);
             processes.ok() && !processes->empty()) {
           held += (held.empty() ? "" : "; ") + ProcessList(*processes);
         }
         std::string message = "MIG mode of GPU " + std::to_string(step.gpu) + " is pending (" +
-                               device::NvmlCodeName(change->activation_code) + "): ";
+                              device::NvmlCodeName(change->activation_code) + "): ";
         if (options.skip_reset) {
           message += "the GPU reset was skipped (--skip-reset); reset it or reboot to apply";
         } else {
           message += "the GPU reset failed (" + std::string(status.message()) + ")";
         }
-        if (!held.empty()) message += ". Held by: " + held + ". Stop them and apply again, or reboot";
+        if (!held.empty())
+          message += ". Held by: " + held + ". Stop them and apply again, or reboot";
         status = absl::FailedPreconditionError(message);
         break;
       }
@@ -518,8 +529,8 @@ std::vector<std::string> Differences(const hw::GpuModel* model, const GpuSnapsho
   const std::string gpu = "GPU " + std::to_string(now.info.index);
   auto mode_text = [](MigMode mode) { return mode == MigMode::kEnabled ? "enabled" : "disabled"; };
   if (!target.mig_enabled) {
-    if (now.info.mig_capable &&
-        (now.info.mig_current != MigMode::kDisabled || now.info.mig_pending != MigMode::kDisabled)) {
+    if (now.info.mig_capable && (now.info.mig_current != MigMode::kDisabled ||
+                                 now.info.mig_pending != MigMode::kDisabled)) {
       out.push_back(gpu + ": MIG mode is " + mode_text(now.info.mig_current) + " (pending " +
                     mode_text(now.info.mig_pending) + "), the target disables it");
     }
@@ -556,7 +567,8 @@ std::vector<std::string> Differences(const hw::GpuModel* model, const GpuSnapsho
       found = true;
     }
     if (!found) {
-      std::string text = gpu + ": missing " + mig.profiles[static_cast<size_t>(desired.profile)].name;
+      std::string text =
+          gpu + ": missing " + mig.profiles[static_cast<size_t>(desired.profile)].name;
       if (desired.start) text += " at placement " + std::to_string(*desired.start);
       if (!desired.cis.empty()) {
         const geometry::CiShape shape(mig, mig.profiles[static_cast<size_t>(desired.profile)]);

@@ -80,11 +80,12 @@ int RunApply(const GlobalOptions& global, const ApplyOptions& options) {
   request.mode_only = options.mode_only;
   request.hooks = hooks ? &*hooks : nullptr;
   request.journal_path = options.dry_run ? "" : JournalPath(options.device);
-  std::cout << "Applying " << (options.config.empty() ? "the config" : "config '" + options.config + "'")
+  std::cout << "Applying "
+            << (options.config.empty() ? "the config" : "config '" + options.config + "'")
             << " from " << options.file << " on " << backend->Describe()
             << (options.dry_run ? " (dry run: nothing is changed)" : "") << "\n";
-  absl::StatusOr<agent::ApplyResult> result =
-      agent::ApplyConfig(*backend, *catalog, request, [](const std::string& line) { std::cout << line << "\n"; });
+  absl::StatusOr<agent::ApplyResult> result = agent::ApplyConfig(
+      *backend, *catalog, request, [](const std::string& line) { std::cout << line << "\n"; });
   std::cout.flush();
   if (!result.ok()) {
     PrintError(std::string(result.status().message()));
@@ -101,7 +102,8 @@ int RunAssert(const GlobalOptions& global, const ApplyOptions& options) {
   if (catalog == nullptr) return kExitBadInput;
   std::optional<spec::MigConfigFile> file = ReadConfig(options.file);
   if (!file) return kExitBadInput;
-  absl::StatusOr<const std::vector<spec::ConfigEntry>*> entries = spec::SelectConfig(*file, options.config);
+  absl::StatusOr<const std::vector<spec::ConfigEntry>*> entries =
+      spec::SelectConfig(*file, options.config);
   if (!entries.ok()) {
     PrintError(std::string(entries.status().message()));
     return kExitBadInput;
@@ -149,8 +151,9 @@ void AddConfigOptions(CLI::App* command, ApplyOptions& options) {
   command->add_option("-f,--config-file", options.file, "mig-parted config file ('-' = stdin)")
       ->envname("MIG_PARTED_CONFIG_FILE")
       ->required();
-  command->add_option("-c,--selected-config", options.config,
-                      "Config to use (optional when the file has exactly one)")
+  command
+      ->add_option("-c,--selected-config", options.config,
+                   "Config to use (optional when the file has exactly one)")
       ->envname("MIG_PARTED_SELECTED_CONFIG");
   command->add_flag("-m,--mode-only", options.mode_only, "Only MIG modes, not instances")
       ->envname("MIG_PARTED_MODE_CHANGE_ONLY");
@@ -162,7 +165,8 @@ void AddApplyCommands(CLI::App& app, const GlobalOptions& global, Action* action
   auto options = std::make_shared<ApplyOptions>();
   CLI::App* apply = app.add_subcommand(
       "apply",
-      "Apply a MIG config from an NVIDIA mig-parted config file. Instances that already match stay, "
+      "Apply a MIG config from an NVIDIA mig-parted config file. Instances that already match "
+      "stay, "
       "only conflicting ones are destroyed, new ones are created at exact placements; instances "
       "with processes are never destroyed without --force; an interrupted apply is converged by "
       "the next run. Exit status: 0 applied, 1 a device call failed, 2 bad input or refused.");
@@ -170,7 +174,9 @@ void AddApplyCommands(CLI::App& app, const GlobalOptions& global, Action* action
   AddDeviceOptions(*apply, options->device);
   apply->add_option("-k,--hooks-file", options->hooks_file, "mig-parted hooks file")
       ->envname("MIG_PARTED_HOOKS_FILE");
-  apply->add_flag("-s,--skip-reset", options->skip_reset, "Never reset a GPU (a mode change stays pending)")
+  apply
+      ->add_flag("-s,--skip-reset", options->skip_reset,
+                 "Never reset a GPU (a mode change stays pending)")
       ->envname("MIG_PARTED_SKIP_RESET");
   apply->add_flag("--dry-run", options->dry_run, "Print the exact steps and change nothing");
   apply->add_flag("--force", options->force,
@@ -191,7 +197,8 @@ void AddApplyCommands(CLI::App& app, const GlobalOptions& global, Action* action
   });
 
   CLI::App* export_command = app.add_subcommand(
-      "export", "Print the GPUs' current MIG layout as a mig-parted config (re-applying it changes nothing)");
+      "export",
+      "Print the GPUs' current MIG layout as a mig-parted config (re-applying it changes nothing)");
   AddDeviceOptions(*export_command, options->device);
   export_command->add_option("-o,--output-format", options->output, "yaml (default) or json")
       ->check(CLI::IsMember({"yaml", "json"}));

@@ -35,7 +35,8 @@ int Run(const GlobalOptions& global, const DoctorOptions& options) {
                       {"fix", check.fix}});
       continue;
     }
-    std::cout << agent::ToString(check.level) << "  " << check.subject << ": " << check.what << "\n";
+    std::cout << agent::ToString(check.level) << "  " << check.subject << ": " << check.what
+              << "\n";
     if (!check.fix.empty()) std::cout << "      fix: " << check.fix << "\n";
   }
   if (options.json) PrintJson({{"checks", list}, {"ok", !failed}});
@@ -47,9 +48,10 @@ int Run(const GlobalOptions& global, const DoctorOptions& options) {
 void AddDoctorCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   auto options = std::make_shared<DoctorOptions>();
   CLI::App* command = app.add_subcommand(
-      "doctor", "Check this node before using MIG: driver and CUDA libraries, driver version per "
-                "GPU model, MIG capability and mode, what holds each GPU, Kubernetes and "
-                "monitoring agents. Exit 1 if a check fails.");
+      "doctor",
+      "Check this node before using MIG: driver and CUDA libraries, driver version per "
+      "GPU model, MIG capability and mode, what holds each GPU, Kubernetes and "
+      "monitoring agents. Exit 1 if a check fails.");
   AddDeviceOptions(*command, options->device);
   command->add_flag("--json", options->json, "Print JSON");
   command->callback([&global, options, action] {

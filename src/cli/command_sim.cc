@@ -59,7 +59,9 @@ int Mutate(const GlobalOptions& global, const std::string& path, const std::stri
 }
 
 std::string CodeText(int code) {
-  return code == device::kNvmlSuccess ? "" : device::NvmlCodeName(code) + " — " + device::NvmlCodeMessage(code);
+  return code == device::kNvmlSuccess
+             ? ""
+             : device::NvmlCodeName(code) + " — " + device::NvmlCodeMessage(code);
 }
 
 int Create(const GlobalOptions& global, const SimOptions& options) {
@@ -75,14 +77,17 @@ int Create(const GlobalOptions& global, const SimOptions& options) {
     PrintError(std::string(status.message()));
     return kExitBadInput;
   }
-  std::cout << "Simulated machine " << options.state << " (driver " << state->driver_version << "):\n";
+  std::cout << "Simulated machine " << options.state << " (driver " << state->driver_version
+            << "):\n";
   for (const device::sim::SimGpu& gpu : state->gpus) {
     std::cout << "  GPU " << gpu.index << ": " << gpu.name << " (" << gpu.model_id << "), "
-              << gpu.uuid << ", " << (gpu.mig_capable ? "MIG-capable, MIG disabled" : "no MIG") << "\n";
+              << gpu.uuid << ", " << (gpu.mig_capable ? "MIG-capable, MIG disabled" : "no MIG")
+              << "\n";
   }
-  std::cout << "\nUse it with --sim " << options.state << " or export GPUSLICE_SIM=" << options.state
-            << ", e.g.\n  gpuslice status --sim " << options.state
-            << "\n  gpuslice apply --sim " << options.state << " -f mig-config.yaml -c all-balanced\n";
+  std::cout << "\nUse it with --sim " << options.state
+            << " or export GPUSLICE_SIM=" << options.state << ", e.g.\n  gpuslice status --sim "
+            << options.state << "\n  gpuslice apply --sim " << options.state
+            << " -f mig-config.yaml -c all-balanced\n";
   return kExitOk;
 }
 
@@ -91,14 +96,16 @@ int Create(const GlobalOptions& global, const SimOptions& options) {
 void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   auto options = std::make_shared<SimOptions>();
   CLI::App* sim = app.add_subcommand(
-      "sim", "Make and control simulated GPU machines (for trying gpuslice and for tests without "
-             "a GPU). Device commands use one with --sim STATE_FILE or GPUSLICE_SIM.");
+      "sim",
+      "Make and control simulated GPU machines (for trying gpuslice and for tests without "
+      "a GPU). Device commands use one with --sim STATE_FILE or GPUSLICE_SIM.");
   sim->require_subcommand(1);
 
   CLI::App* create = sim->add_subcommand("create", "Make a simulated machine from a fleet spec");
   create->add_option("STATE_FILE", options->state, "State file to write")->required();
-  create->add_option("SPEC", options->spec,
-                     "GPUs, e.g. 2xH100-80GB,1xA100-40GB (models as `gpuslice gpus` lists them)")
+  create
+      ->add_option("SPEC", options->spec,
+                   "GPUs, e.g. 2xH100-80GB,1xA100-40GB (models as `gpuslice gpus` lists them)")
       ->required();
   create->add_flag("--force", options->force, "Replace an existing state file");
   create->add_option("--seed", options->seed, "Seed for UUIDs (default 1)");
@@ -130,7 +137,8 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   CLI::App* process = sim->add_subcommand("process", "Attach or detach a simulated GPU process");
   process->require_subcommand(1);
   CLI::App* add_process = process->add_subcommand(
-      "add", "Attach a process to a GPU (MIG off) or to a compute instance (MIG on: --gi and --ci)");
+      "add",
+      "Attach a process to a GPU (MIG off) or to a compute instance (MIG on: --gi and --ci)");
   add_process->add_option("STATE_FILE", options->state, "State file")->required();
   add_process->add_option("--gpu", options->gpu, "GPU index")->required();
   add_process->add_option("--gi", options->gi, "GPU instance id (MIG on)");
@@ -147,19 +155,22 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
       });
     };
   });
-  CLI::App* remove_process = process->add_subcommand("remove", "Detach a process (as if it exited)");
+  CLI::App* remove_process =
+      process->add_subcommand("remove", "Detach a process (as if it exited)");
   remove_process->add_option("STATE_FILE", options->state, "State file")->required();
   remove_process->add_option("PID", options->pid, "Process id")->required();
   remove_process->callback([&global, options, action] {
     *action = [&global, options] {
-      return Mutate(global, options->state, "sim process remove", [&](SimState&, SimMachine& machine) {
-        return CodeText(machine.RemoveProcess(options->pid));
-      });
+      return Mutate(global, options->state, "sim process remove",
+                    [&](SimState&, SimMachine& machine) {
+                      return CodeText(machine.RemoveProcess(options->pid));
+                    });
     };
   });
 
   CLI::App* holder = sim->add_subcommand(
-      "holder", "Add or remove a client that holds a GPU and blocks its reset (e.g. nvidia-persistenced)");
+      "holder",
+      "Add or remove a client that holds a GPU and blocks its reset (e.g. nvidia-persistenced)");
   holder->require_subcommand(1);
   for (const char* verb : {"add", "remove"}) {
     CLI::App* command = holder->add_subcommand(verb, std::string(verb) + " a holder");
@@ -181,13 +192,15 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   CLI::App* fault = sim->add_subcommand("fault", "Inject failures into the simulated driver");
   fault->require_subcommand(1);
   CLI::App* add_fault = fault->add_subcommand(
-      "add", "Make call N (counted from now) or calls whose name contains TEXT fail with an NVML "
-             "code, or abort the process there");
+      "add",
+      "Make call N (counted from now) or calls whose name contains TEXT fail with an NVML "
+      "code, or abort the process there");
   add_fault->add_option("STATE_FILE", options->state, "State file")->required();
   add_fault->add_option("--call", options->at_call, "Fire on this call number (1 = the next call)");
   add_fault->add_option("--match", options->match,
                         "Fire on calls whose name contains this (e.g. CreateGpuInstance)");
-  add_fault->add_option("--code", options->code, "NVML code, e.g. IN_USE, INSUFFICIENT_RESOURCES, 999");
+  add_fault->add_option("--code", options->code,
+                        "NVML code, e.g. IN_USE, INSUFFICIENT_RESOURCES, 999");
   add_fault->add_flag("--abort", options->abort_process, "Abort the calling process instead");
   add_fault->add_option("--times", options->times, "How often it fires (-1 = always; default 1)");
   add_fault->callback([&global, options, action] {
@@ -203,7 +216,8 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
       }
       return Mutate(global, options->state, "sim fault add", [&](SimState& state, SimMachine&) {
         state.calls = 0;
-        state.faults.push_back({options->at_call, options->match, *code, options->abort_process, options->times});
+        state.faults.push_back(
+            {options->at_call, options->match, *code, options->abort_process, options->times});
         return std::string();
       });
     };
@@ -221,11 +235,14 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   });
 
   CLI::App* passthrough = sim->add_subcommand(
-      "passthrough", "Simulate a GPU passed through to a VM (it cannot be reset: a MIG mode change "
-                     "stays pending) or undo that");
+      "passthrough",
+      "Simulate a GPU passed through to a VM (it cannot be reset: a MIG mode change "
+      "stays pending) or undo that");
   passthrough->add_option("STATE_FILE", options->state, "State file")->required();
   passthrough->add_option("--gpu", options->gpu, "GPU index")->required();
-  passthrough->add_option("MODE", options->on_off, "on or off")->required()->check(CLI::IsMember({"on", "off"}));
+  passthrough->add_option("MODE", options->on_off, "on or off")
+      ->required()
+      ->check(CLI::IsMember({"on", "off"}));
   passthrough->callback([&global, options, action] {
     *action = [&global, options] {
       return Mutate(global, options->state, "sim passthrough", [&](SimState& state, SimMachine&) {

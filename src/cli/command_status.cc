@@ -16,14 +16,16 @@ struct StatusOptions {
   bool json = false;
 };
 
-std::string Mode(device::MigMode mode) { return mode == device::MigMode::kEnabled ? "enabled" : "disabled"; }
+std::string Mode(device::MigMode mode) {
+  return mode == device::MigMode::kEnabled ? "enabled" : "disabled";
+}
 
 std::string ProcessesOn(const agent::GpuSnapshot& snapshot, int gi, int ci) {
   std::string text;
   for (const device::ProcessInfo& p : snapshot.processes) {
     if (p.gi != gi || p.ci != ci) continue;
-    text += (text.empty() ? "" : ", ") + ("pid " + std::to_string(p.pid) + " " + p.name + " " +
-                                          Gib(p.used_memory_mib) + " GiB");
+    text += (text.empty() ? "" : ", ") +
+            ("pid " + std::to_string(p.pid) + " " + p.name + " " + Gib(p.used_memory_mib) + " GiB");
   }
   return text.empty() ? "-" : text;
 }
@@ -56,8 +58,10 @@ int Run(const GlobalOptions& global, const StatusOptions& options) {
       const device::GpuInstanceInfo& gi = snapshot->gis[i];
       const hw::GiProfile* profile =
           model != nullptr && model->mig ? model->mig->FindProfileBySmiId(gi.profile_id) : nullptr;
-      const std::string gi_name = profile != nullptr ? profile->name : "profile " + std::to_string(gi.profile_id);
-      absl::StatusOr<device::MemoryInfo> gi_memory = backend->GetMemory(info.index, gi.id, std::nullopt);
+      const std::string gi_name =
+          profile != nullptr ? profile->name : "profile " + std::to_string(gi.profile_id);
+      absl::StatusOr<device::MemoryInfo> gi_memory =
+          backend->GetMemory(info.index, gi.id, std::nullopt);
       const std::string memory_text =
           gi_memory.ok() ? Gib(gi_memory->used_mib) + "/" + Gib(gi_memory->total_mib) : "?";
       std::vector<geometry::CiPlaced> gi_cis;
@@ -67,7 +71,8 @@ int Run(const GlobalOptions& global, const StatusOptions& options) {
       }
       if (snapshot->cis[i].empty()) {
         table.Add({std::to_string(gi.id), "-", gi_name + " (no compute instance)",
-                   std::to_string(gi.start) + ":" + std::to_string(gi.size), "-", memory_text, "-"});
+                   std::to_string(gi.start) + ":" + std::to_string(gi.size), "-", memory_text,
+                   "-"});
       }
       for (const device::ComputeInstanceInfo& ci : snapshot->cis[i]) {
         std::string device_name = gi_name;
@@ -86,7 +91,8 @@ int Run(const GlobalOptions& global, const StatusOptions& options) {
         nlohmann::json processes = nlohmann::json::array();
         for (const device::ProcessInfo& p : snapshot->processes) {
           if (p.gi == gi.id && p.ci == ci.id) {
-            processes.push_back({{"pid", p.pid}, {"name", p.name}, {"used_memory_mib", p.used_memory_mib}});
+            processes.push_back(
+                {{"pid", p.pid}, {"name", p.name}, {"used_memory_mib", p.used_memory_mib}});
           }
         }
         devices.push_back({{"gpu_instance", gi.id},
@@ -109,48 +115,58 @@ int Run(const GlobalOptions& global, const StatusOptions& options) {
     if (options.json) {
       nlohmann::json processes = nlohmann::json::array();
       for (const device::ProcessInfo& p : snapshot->processes) {
-        processes.push_back({{"pid", p.pid}, {"name", p.name}, {"used_memory_mib", p.used_memory_mib},
-                             {"gpu_instance", p.gi}, {"compute_instance", p.ci}});
+        processes.push_back({{"pid", p.pid},
+                             {"name", p.name},
+                             {"used_memory_mib", p.used_memory_mib},
+                             {"gpu_instance", p.gi},
+                             {"compute_instance", p.ci}});
       }
-      json_gpus.push_back({{"index", info.index},
-                           {"uuid", info.uuid},
-                           {"name", info.name},
-                           {"model", model != nullptr ? nlohmann::json(model->id) : nlohmann::json(nullptr)},
-                           {"pci_bus_id", info.pci_bus_id},
-                           {"mig_capable", info.mig_capable},
-                           {"mig_current", Mode(info.mig_current)},
-                           {"mig_pending", Mode(info.mig_pending)},
-                           {"memory_total_mib", memory.ok() ? memory->total_mib : info.memory_total_mib},
-                           {"memory_used_mib", memory.ok() ? memory->used_mib : -1},
-                           {"mig_devices", devices},
-                           {"processes", processes},
-                           {"holders", snapshot->holders}});
+      json_gpus.push_back(
+          {{"index", info.index},
+           {"uuid", info.uuid},
+           {"name", info.name},
+           {"model", model != nullptr ? nlohmann::json(model->id) : nlohmann::json(nullptr)},
+           {"pci_bus_id", info.pci_bus_id},
+           {"mig_capable", info.mig_capable},
+           {"mig_current", Mode(info.mig_current)},
+           {"mig_pending", Mode(info.mig_pending)},
+           {"memory_total_mib", memory.ok() ? memory->total_mib : info.memory_total_mib},
+           {"memory_used_mib", memory.ok() ? memory->used_mib : -1},
+           {"mig_devices", devices},
+           {"processes", processes},
+           {"holders", snapshot->holders}});
       continue;
     }
     std::cout << "\nGPU " << info.index << ": " << info.name << " ("
-              << (model != nullptr ? model->id : "not in the catalog") << "), " << info.uuid << ", bus "
-              << info.pci_bus_id << "\n";
+              << (model != nullptr ? model->id : "not in the catalog") << "), " << info.uuid
+              << ", bus " << info.pci_bus_id << "\n";
     std::cout << "  MIG " << (info.mig_capable ? Mode(info.mig_current) : "not supported");
     if (info.mig_capable && info.mig_pending != info.mig_current) {
       std::cout << " (pending: " << Mode(info.mig_pending) << " — needs a GPU reset)";
     }
     if (memory.ok()) {
-      std::cout << "; memory used " << Gib(memory->used_mib) << " of " << Gib(memory->total_mib) << " GiB";
+      std::cout << "; memory used " << Gib(memory->used_mib) << " of " << Gib(memory->total_mib)
+                << " GiB";
     }
     if (!snapshot->holders.empty()) {
       std::string holders;
-      for (const std::string& holder : snapshot->holders) holders += (holders.empty() ? "" : ", ") + holder;
+      for (const std::string& holder : snapshot->holders)
+        holders += (holders.empty() ? "" : ", ") + holder;
       std::cout << "; held by " << holders;
     }
     std::cout << "\n";
-    if (info.mig_capable && info.mig_current == device::MigMode::kEnabled && model != nullptr && model->mig) {
+    if (info.mig_capable && info.mig_current == device::MigMode::kEnabled && model != nullptr &&
+        model->mig) {
       const geometry::Shape shape(*model);
       if (shape.Validate(layout).ok()) std::cout << DrawLayout(shape, layout, cis, "  ");
-      if (snapshot->gis.empty()) std::cout << "  no GPU instances\n";
-      else std::cout << table.Render("  ");
+      if (snapshot->gis.empty())
+        std::cout << "  no GPU instances\n";
+      else
+        std::cout << table.Render("  ");
     } else {
       for (const device::ProcessInfo& p : snapshot->processes) {
-        std::cout << "  pid " << p.pid << " " << p.name << " " << Gib(p.used_memory_mib) << " GiB\n";
+        std::cout << "  pid " << p.pid << " " << p.name << " " << Gib(p.used_memory_mib)
+                  << " GiB\n";
       }
     }
   }
@@ -163,8 +179,9 @@ int Run(const GlobalOptions& global, const StatusOptions& options) {
 void AddStatusCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   auto options = std::make_shared<StatusOptions>();
   CLI::App* command = app.add_subcommand(
-      "status", "Show each GPU: MIG mode, a drawing of its instances, MIG devices with UUIDs, "
-                "memory and processes");
+      "status",
+      "Show each GPU: MIG mode, a drawing of its instances, MIG devices with UUIDs, "
+      "memory and processes");
   AddDeviceOptions(*command, options->device);
   command->add_flag("--json", options->json, "Print JSON");
   command->callback([&global, options, action] {

@@ -22,10 +22,12 @@ std::string SimPath(const DeviceOptions& options) {
   return env != nullptr ? env : "";
 }
 
-std::unique_ptr<device::Backend> OpenBackend(const DeviceOptions& options, const hw::Catalog& catalog) {
+std::unique_ptr<device::Backend> OpenBackend(const DeviceOptions& options,
+                                             const hw::Catalog& catalog) {
   const std::string sim = SimPath(options);
   if (!sim.empty()) {
-    absl::StatusOr<std::unique_ptr<device::SimBackend>> backend = device::SimBackend::OpenFile(sim, catalog);
+    absl::StatusOr<std::unique_ptr<device::SimBackend>> backend =
+        device::SimBackend::OpenFile(sim, catalog);
     if (!backend.ok()) {
       PrintError(std::string(backend.status().message()));
       return nullptr;

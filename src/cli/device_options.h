@@ -22,7 +22,8 @@ void AddDeviceOptions(CLI::App& command, DeviceOptions& options);
 std::string SimPath(const DeviceOptions& options);
 
 // Opens the backend; prints a clear error and returns null on failure (no driver, no state file).
-std::unique_ptr<device::Backend> OpenBackend(const DeviceOptions& options, const hw::Catalog& catalog);
+std::unique_ptr<device::Backend> OpenBackend(const DeviceOptions& options,
+                                             const hw::Catalog& catalog);
 
 // Where the apply journal of this device lives: next to the simulator state, or
 // /var/lib/gpuslice/apply.journal for real GPUs (GPUSLICE_STATE_DIR overrides the directory).

@@ -21,7 +21,8 @@ void SleepMs(long ms) {
 
 absl::Status Backend::TerminateProcess(std::uint32_t pid, int grace_seconds) {
   const auto target = static_cast<pid_t>(pid);
-  if (target <= 1) return absl::InvalidArgumentError("refusing to signal pid " + std::to_string(pid));
+  if (target <= 1)
+    return absl::InvalidArgumentError("refusing to signal pid " + std::to_string(pid));
   if (::kill(target, SIGTERM) != 0) {
     if (errno == ESRCH) return absl::NotFoundError("no process " + std::to_string(pid));
     return absl::PermissionDeniedError("cannot signal process " + std::to_string(pid) + ": " +

@@ -1,7 +1,5 @@
 #include "gpuslice/device/nvml_backend.h"
 
-#include "gpuslice/util/process_scan.h"
-
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -21,6 +19,7 @@
 #include <utility>
 
 #include "gpuslice/device/nvml_codes.h"
+#include "gpuslice/util/process_scan.h"
 #include "nvml_api.h"
 
 namespace gpuslice::device {

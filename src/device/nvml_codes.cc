@@ -20,9 +20,11 @@ struct CodeText {
 constexpr CodeText kCodes[] = {
     {kNvmlSuccess, "SUCCESS", "success"},
     {kNvmlUninitialized, "UNINITIALIZED", "NVML was not initialised"},
-    {kNvmlInvalidArgument, "INVALID_ARGUMENT", "invalid argument (e.g. a placement the profile does not allow)"},
+    {kNvmlInvalidArgument, "INVALID_ARGUMENT",
+     "invalid argument (e.g. a placement the profile does not allow)"},
     {kNvmlNotSupported, "NOT_SUPPORTED", "not supported by this GPU or in its current MIG mode"},
-    {kNvmlNoPermission, "NO_PERMISSION", "permission denied (MIG changes need root or the mig/config capability)"},
+    {kNvmlNoPermission, "NO_PERMISSION",
+     "permission denied (MIG changes need root or the mig/config capability)"},
     {kNvmlAlreadyInitialized, "ALREADY_INITIALIZED", "already initialised"},
     {kNvmlNotFound, "NOT_FOUND", "not found"},
     {kNvmlInsufficientSize, "INSUFFICIENT_SIZE", "buffer too small"},
@@ -31,19 +33,24 @@ constexpr CodeText kCodes[] = {
     {kNvmlTimeout, "TIMEOUT", "timed out"},
     {kNvmlIrqIssue, "IRQ_ISSUE", "interrupt problem with the GPU"},
     {kNvmlLibraryNotFound, "LIBRARY_NOT_FOUND", "libnvidia-ml.so.1 not found"},
-    {kNvmlFunctionNotFound, "FUNCTION_NOT_FOUND", "function missing from this NVML (driver too old)"},
+    {kNvmlFunctionNotFound, "FUNCTION_NOT_FOUND",
+     "function missing from this NVML (driver too old)"},
     {kNvmlCorruptedInforom, "CORRUPTED_INFOROM", "the GPU's infoROM is corrupted"},
     {kNvmlGpuIsLost, "GPU_IS_LOST", "the GPU fell off the bus or is otherwise inaccessible"},
     {kNvmlResetRequired, "RESET_REQUIRED", "a GPU reset (or a reboot) is required"},
     {kNvmlOperatingSystem, "OPERATING_SYSTEM", "the operating system blocked the request"},
-    {kNvmlLibRmVersionMismatch, "LIB_RM_VERSION_MISMATCH", "NVML and the kernel driver versions differ"},
-    {kNvmlInUse, "IN_USE", "in use by another client (processes, compute instances or daemons hold it)"},
+    {kNvmlLibRmVersionMismatch, "LIB_RM_VERSION_MISMATCH",
+     "NVML and the kernel driver versions differ"},
+    {kNvmlInUse, "IN_USE",
+     "in use by another client (processes, compute instances or daemons hold it)"},
     {kNvmlMemory, "MEMORY", "out of memory"},
     {kNvmlNoData, "NO_DATA", "no data"},
     {kNvmlVgpuEccNotSupported, "VGPU_ECC_NOT_SUPPORTED", "ECC not supported with vGPU"},
-    {kNvmlInsufficientResources, "INSUFFICIENT_RESOURCES", "insufficient resources (no free placement, or an instance cap reached)"},
+    {kNvmlInsufficientResources, "INSUFFICIENT_RESOURCES",
+     "insufficient resources (no free placement, or an instance cap reached)"},
     {kNvmlFreqNotSupported, "FREQ_NOT_SUPPORTED", "frequency not supported"},
-    {kNvmlArgumentVersionMismatch, "ARGUMENT_VERSION_MISMATCH", "struct version not supported by this driver"},
+    {kNvmlArgumentVersionMismatch, "ARGUMENT_VERSION_MISMATCH",
+     "struct version not supported by this driver"},
     {kNvmlDeprecated, "DEPRECATED", "deprecated"},
     {kNvmlNotReady, "NOT_READY", "not ready"},
     {kNvmlGpuNotFound, "GPU_NOT_FOUND", "GPU not found"},
@@ -108,7 +115,8 @@ std::string NvmlCodeMessage(int code) {
 std::optional<int> ParseNvmlCode(std::string_view text) {
   std::string upper;
   for (char c : text) {
-    upper.push_back(c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+    upper.push_back(c == '-' ? '_'
+                             : static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
   }
   std::string_view name = upper;
   if (name.starts_with("NVML_ERROR_")) name.remove_prefix(11);

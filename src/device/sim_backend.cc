@@ -105,8 +105,10 @@ absl::StatusOr<std::vector<GpuInstanceInfo>> SimBackend::ListGpuInstances(int gp
   absl::Status status = Run("ListGpuInstances", false, [&](SimMachine& machine) {
     const sim::SimGpu* g = machine.Gpu(gpu);
     if (g == nullptr) return static_cast<int>(kNvmlInvalidArgument);
-    if (!g->mig_capable || g->mig_current != MigMode::kEnabled) return static_cast<int>(kNvmlNotSupported);
-    for (const sim::SimGi& gi : g->gis) out.push_back({gpu, gi.id, gi.profile_id, gi.start, gi.size});
+    if (!g->mig_capable || g->mig_current != MigMode::kEnabled)
+      return static_cast<int>(kNvmlNotSupported);
+    for (const sim::SimGi& gi : g->gis)
+      out.push_back({gpu, gi.id, gi.profile_id, gi.start, gi.size});
     return static_cast<int>(kNvmlSuccess);
   });
   if (!status.ok()) return status;
@@ -143,7 +145,8 @@ absl::StatusOr<GpuInstanceInfo> SimBackend::CreateGpuInstance(int gpu, int profi
   return info;
 }
 
-absl::StatusOr<ComputeInstanceInfo> SimBackend::CreateComputeInstance(int gpu, int gi, int ci_profile_id,
+absl::StatusOr<ComputeInstanceInfo> SimBackend::CreateComputeInstance(int gpu, int gi,
+                                                                      int ci_profile_id,
                                                                       std::optional<int> start) {
   ComputeInstanceInfo info;
   absl::Status status = Run("CreateComputeInstance", true, [&](SimMachine& machine) {
@@ -160,7 +163,8 @@ absl::StatusOr<ComputeInstanceInfo> SimBackend::CreateComputeInstance(int gpu, i
 }
 
 absl::Status SimBackend::DestroyGpuInstance(int gpu, int gi) {
-  return Run("DestroyGpuInstance", true, [&](SimMachine& machine) { return machine.DestroyGi(gpu, gi); });
+  return Run("DestroyGpuInstance", true,
+             [&](SimMachine& machine) { return machine.DestroyGi(gpu, gi); });
 }
 
 absl::Status SimBackend::DestroyComputeInstance(int gpu, int gi, int ci) {
@@ -170,8 +174,9 @@ absl::Status SimBackend::DestroyComputeInstance(int gpu, int gi, int ci) {
 
 absl::StatusOr<MigModeChange> SimBackend::SetMigMode(int gpu, MigMode mode) {
   MigModeChange change;
-  absl::Status status = Run("SetMigMode", true,
-                            [&](SimMachine& machine) { return machine.SetMigMode(gpu, mode, &change); });
+  absl::Status status = Run("SetMigMode", true, [&](SimMachine& machine) {
+    return machine.SetMigMode(gpu, mode, &change);
+  });
   if (!status.ok()) return status;
   return change;
 }
@@ -185,17 +190,19 @@ absl::StatusOr<std::vector<ProcessInfo>> SimBackend::ListProcesses(int gpu) {
   absl::Status status = Run("ListProcesses", false, [&](SimMachine& machine) {
     const sim::SimGpu* g = machine.Gpu(gpu);
     if (g == nullptr) return static_cast<int>(kNvmlInvalidArgument);
-    for (const sim::SimProcess& p : g->processes) out.push_back({p.pid, p.name, p.used_mib, p.gi, p.ci});
+    for (const sim::SimProcess& p : g->processes)
+      out.push_back({p.pid, p.name, p.used_mib, p.gi, p.ci});
     return static_cast<int>(kNvmlSuccess);
   });
   if (!status.ok()) return status;
   return out;
 }
 
-absl::StatusOr<MemoryInfo> SimBackend::GetMemory(int gpu, std::optional<int> gi, std::optional<int> ci) {
+absl::StatusOr<MemoryInfo> SimBackend::GetMemory(int gpu, std::optional<int> gi,
+                                                 std::optional<int> ci) {
   MemoryInfo info;
-  absl::Status status =
-      Run("GetMemory", false, [&](SimMachine& machine) { return machine.Memory(gpu, gi, ci, &info); });
+  absl::Status status = Run(
+      "GetMemory", false, [&](SimMachine& machine) { return machine.Memory(gpu, gi, ci, &info); });
   if (!status.ok()) return status;
   return info;
 }
@@ -213,7 +220,8 @@ absl::StatusOr<std::vector<std::string>> SimBackend::ListGpuHolders(int gpu) {
 }
 
 absl::Status SimBackend::TerminateProcess(std::uint32_t pid, int /*grace_seconds*/) {
-  return Run("TerminateProcess", true, [&](SimMachine& machine) { return machine.RemoveProcess(pid); });
+  return Run("TerminateProcess", true,
+             [&](SimMachine& machine) { return machine.RemoveProcess(pid); });
 }
 
 }  // namespace gpuslice::device

@@ -16,8 +16,10 @@ namespace {
 constexpr int kMaxGpus = 64;
 
 std::string Trim(std::string_view text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
+    text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+    text.remove_suffix(1);
   return std::string(text);
 }
 
@@ -33,10 +35,11 @@ std::string MakeUuid(SimState& state, std::string_view prefix) {
   const std::uint64_t a = Mix(state.seed ^ Mix(++state.uuid_counter));
   const std::uint64_t b = Mix(a);
   char uuid[64];
-  std::snprintf(uuid, sizeof uuid, "%.*s-%08x-%04x-%04x-%04x-%012llx", static_cast<int>(prefix.size()),
-                prefix.data(), static_cast<unsigned>(a >> 32),
+  std::snprintf(uuid, sizeof uuid, "%.*s-%08x-%04x-%04x-%04x-%012llx",
+                static_cast<int>(prefix.size()), prefix.data(), static_cast<unsigned>(a >> 32),
                 static_cast<unsigned>((a >> 16) & 0xFFFF), static_cast<unsigned>(a & 0xFFFF),
-                static_cast<unsigned>(b >> 48), static_cast<unsigned long long>(b & 0xFFFFFFFFFFFFULL));
+                static_cast<unsigned>(b >> 48),
+                static_cast<unsigned long long>(b & 0xFFFFFFFFFFFFULL));
   return uuid;
 }
 
@@ -50,9 +53,8 @@ geometry::Occupancy OccupancyOf(const geometry::Shape& shape, const SimGpu& gpu)
 }
 
 bool HasProcessOn(const SimGpu& gpu, int gi, int ci) {
-  return std::any_of(gpu.processes.begin(), gpu.processes.end(), [&](const SimProcess& p) {
-    return p.gi == gi && (ci < 0 || p.ci == ci);
-  });
+  return std::any_of(gpu.processes.begin(), gpu.processes.end(),
+                     [&](const SimProcess& p) { return p.gi == gi && (ci < 0 || p.ci == ci); });
 }
 
 }  // namespace
@@ -101,7 +103,8 @@ absl::StatusOr<SimState> NewMachine(const hw::Catalog& catalog, std::string_view
     gpu.name = model.nvml_names.empty() ? model.display_name : model.nvml_names.front();
     gpu.pci_device_id = model.pci_device_ids.empty() ? 0 : model.pci_device_ids.front();
     char bus[32];
-    std::snprintf(bus, sizeof bus, "00000000:%02X:00.0", static_cast<unsigned>(0x18 + 0x10 * i) & 0xFFU);
+    std::snprintf(bus, sizeof bus, "00000000:%02X:00.0",
+                  static_cast<unsigned>(0x18 + 0x10 * i) & 0xFFU);
     gpu.bus_id = bus;
     gpu.memory_total_mib = model.memory_mib;
     gpu.mig_capable = model.mig_capable();
@@ -125,7 +128,8 @@ int SimMachine::Enter(std::string_view call) {
     if (rule.abort_process) {
       if (before_abort_) before_abort_();
       std::fprintf(stderr, "gpuslice simulator: injected abort at call %lld (%.*s)\n",
-                   static_cast<long long>(state_.calls), static_cast<int>(call.size()), call.data());
+                   static_cast<long long>(state_.calls), static_cast<int>(call.size()),
+                   call.data());
       std::abort();
     }
     return rule.code;
@@ -219,12 +223,14 @@ int SimMachine::CreateGi(int gpu, int profile_id, std::optional<int> start, int*
   gi.start = at;
   gi.size = profile->placement_size;
   g->gis.push_back(gi);
-  std::sort(g->gis.begin(), g->gis.end(), [](const SimGi& a, const SimGi& b) { return a.id < b.id; });
+  std::sort(g->gis.begin(), g->gis.end(),
+            [](const SimGi& a, const SimGi& b) { return a.id < b.id; });
   *gi_id = gi.id;
   return kNvmlSuccess;
 }
 
-int SimMachine::CreateCi(int gpu, int gi_id, int ci_profile_id, std::optional<int> start, int* ci_id) {
+int SimMachine::CreateCi(int gpu, int gi_id, int ci_profile_id, std::optional<int> start,
+                         int* ci_id) {
   SimGpu* g = MutableGpu(gpu);
   if (g == nullptr) return kNvmlInvalidArgument;
   SimGi* gi = MutableGi(gpu, gi_id);
@@ -248,7 +254,8 @@ int SimMachine::CreateCi(int gpu, int gi_id, int ci_profile_id, std::optional<in
   const hw::CiProfile& ci_profile = ci_shape.profiles()[static_cast<size_t>(ci_index)];
   int at = -1;
   if (start) {
-    if (std::find(ci_profile.starts.begin(), ci_profile.starts.end(), *start) == ci_profile.starts.end()) {
+    if (std::find(ci_profile.starts.begin(), ci_profile.starts.end(), *start) ==
+        ci_profile.starts.end()) {
       return kNvmlInvalidArgument;
     }
     at = *start;
@@ -270,7 +277,8 @@ int SimMachine::CreateCi(int gpu, int gi_id, int ci_profile_id, std::optional<in
     if (at < 0) return kNvmlInsufficientResources;
   }
   int id = 0;
-  while (std::any_of(gi->cis.begin(), gi->cis.end(), [&](const SimCi& ci) { return ci.id == id; })) ++id;
+  while (std::any_of(gi->cis.begin(), gi->cis.end(), [&](const SimCi& ci) { return ci.id == id; }))
+    ++id;
   if (id > 7) return kNvmlInsufficientResources;
   SimCi ci;
   ci.id = id;
@@ -279,7 +287,8 @@ int SimMachine::CreateCi(int gpu, int gi_id, int ci_profile_id, std::optional<in
   ci.size = ci_profile.slices;
   ci.uuid = NewUuid("MIG");
   gi->cis.push_back(ci);
-  std::sort(gi->cis.begin(), gi->cis.end(), [](const SimCi& a, const SimCi& b) { return a.id < b.id; });
+  std::sort(gi->cis.begin(), gi->cis.end(),
+            [](const SimCi& a, const SimCi& b) { return a.id < b.id; });
   *ci_id = id;
   return kNvmlSuccess;
 }
@@ -301,7 +310,8 @@ int SimMachine::DestroyCi(int gpu, int gi_id, int ci_id) {
   if (g == nullptr) return kNvmlInvalidArgument;
   SimGi* gi = MutableGi(gpu, gi_id);
   if (gi == nullptr) return kNvmlNotFound;
-  auto it = std::find_if(gi->cis.begin(), gi->cis.end(), [&](const SimCi& ci) { return ci.id == ci_id; });
+  auto it =
+      std::find_if(gi->cis.begin(), gi->cis.end(), [&](const SimCi& ci) { return ci.id == ci_id; });
   if (it == gi->cis.end()) return kNvmlNotFound;
   if (HasProcessOn(*g, gi_id, ci_id)) return kNvmlInUse;
   gi->cis.erase(it);
@@ -381,7 +391,8 @@ int SimMachine::AddProcess(int gpu, const SimProcess& process) {
   if (g->mig_current == MigMode::kEnabled) {
     const SimGi* gi = Gi(gpu, process.gi);
     if (gi == nullptr) return kNvmlNotFound;
-    if (std::none_of(gi->cis.begin(), gi->cis.end(), [&](const SimCi& ci) { return ci.id == process.ci; })) {
+    if (std::none_of(gi->cis.begin(), gi->cis.end(),
+                     [&](const SimCi& ci) { return ci.id == process.ci; })) {
       return kNvmlNotFound;
     }
   } else if (process.gi >= 0 || process.ci >= 0) {
@@ -406,7 +417,8 @@ int SimMachine::RemoveProcess(std::uint32_t pid) {
 int SimMachine::AddHolder(int gpu, const std::string& name) {
   SimGpu* g = MutableGpu(gpu);
   if (g == nullptr || name.empty()) return kNvmlInvalidArgument;
-  if (std::find(g->holders.begin(), g->holders.end(), name) == g->holders.end()) g->holders.push_back(name);
+  if (std::find(g->holders.begin(), g->holders.end(), name) == g->holders.end())
+    g->holders.push_back(name);
   return kNvmlSuccess;
 }
 

@@ -39,7 +39,8 @@ void CheckKeys(const json& object, std::initializer_list<const char*> keys, cons
   for (auto it = object.begin(); it != object.end(); ++it) {
     bool known = false;
     for (const char* key : keys) known = known || it.key() == key;
-    if (!known) throw std::runtime_error(std::string("unknown field '") + it.key() + "' in " + what);
+    if (!known)
+      throw std::runtime_error(std::string("unknown field '") + it.key() + "' in " + what);
   }
 }
 
@@ -70,7 +71,8 @@ absl::Status WriteAtomically(const std::string& path, const std::string& text) {
   const std::string temp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream file(temp, std::ios::trunc);
-    if (!file) return absl::PermissionDeniedError("cannot write " + temp + ": " + std::strerror(errno));
+    if (!file)
+      return absl::PermissionDeniedError("cannot write " + temp + ": " + std::strerror(errno));
     file << text;
     file.flush();
     if (!file) return absl::DataLossError("writing " + temp + " failed");
@@ -92,16 +94,25 @@ std::string ToJson(const SimState& state) {
     for (const SimGi& gi : gpu.gis) {
       json cis = json::array();
       for (const SimCi& ci : gi.cis) {
-        cis.push_back({{"id", ci.id}, {"profile_id", ci.profile_id}, {"start", ci.start},
-                       {"size", ci.size}, {"uuid", ci.uuid}});
+        cis.push_back({{"id", ci.id},
+                       {"profile_id", ci.profile_id},
+                       {"start", ci.start},
+                       {"size", ci.size},
+                       {"uuid", ci.uuid}});
       }
-      gis.push_back({{"id", gi.id}, {"profile_id", gi.profile_id}, {"start", gi.start},
-                     {"size", gi.size}, {"compute_instances", cis}});
+      gis.push_back({{"id", gi.id},
+                     {"profile_id", gi.profile_id},
+                     {"start", gi.start},
+                     {"size", gi.size},
+                     {"compute_instances", cis}});
     }
     json processes = json::array();
     for (const SimProcess& p : gpu.processes) {
-      processes.push_back({{"pid", p.pid}, {"name", p.name}, {"used_mib", p.used_mib},
-                           {"gpu_instance", p.gi}, {"compute_instance", p.ci}});
+      processes.push_back({{"pid", p.pid},
+                           {"name", p.name},
+                           {"used_mib", p.used_mib},
+                           {"gpu_instance", p.gi},
+                           {"compute_instance", p.ci}});
     }
     gpus.push_back({{"index", gpu.index},
                     {"model", gpu.model_id},
@@ -120,8 +131,11 @@ std::string ToJson(const SimState& state) {
   }
   json faults = json::array();
   for (const FaultRule& rule : state.faults) {
-    faults.push_back({{"at_call", rule.at_call}, {"match", rule.match}, {"code", rule.code},
-                      {"abort", rule.abort_process}, {"times", rule.times}});
+    faults.push_back({{"at_call", rule.at_call},
+                      {"match", rule.match},
+                      {"code", rule.code},
+                      {"abort", rule.abort_process},
+                      {"times", rule.times}});
   }
   json root = {{"gpuslice_simulator", kFormatVersion},
                {"driver_version", state.driver_version},
@@ -137,10 +151,13 @@ absl::StatusOr<SimState> FromJson(std::string_view text, std::string_view origin
   SimState state;
   try {
     const json root = json::parse(text);
-    CheckKeys(root, {"gpuslice_simulator", "driver_version", "seed", "uuid_counter", "calls", "faults", "gpus"},
-              "the state");
+    CheckKeys(
+        root,
+        {"gpuslice_simulator", "driver_version", "seed", "uuid_counter", "calls", "faults", "gpus"},
+        "the state");
     if (!root.contains("gpuslice_simulator")) {
-      throw std::runtime_error("not a gpuslice simulator state (create one with `gpuslice sim create`)");
+      throw std::runtime_error(
+          "not a gpuslice simulator state (create one with `gpuslice sim create`)");
     }
     if (Get<int>(root, "gpuslice_simulator") != kFormatVersion) {
       throw std::runtime_error("unsupported simulator state version");
@@ -160,9 +177,10 @@ absl::StatusOr<SimState> FromJson(std::string_view text, std::string_view origin
       state.faults.push_back(rule);
     }
     for (const json& gpu_json : Get<json>(root, "gpus")) {
-      CheckKeys(gpu_json, {"index", "model", "uuid", "name", "pci_device_id", "bus_id", "memory_total_mib",
-                           "mig_capable", "mig_current", "mig_pending", "reset_supported",
-                           "gpu_instances", "processes", "holders"},
+      CheckKeys(gpu_json,
+                {"index", "model", "uuid", "name", "pci_device_id", "bus_id", "memory_total_mib",
+                 "mig_capable", "mig_current", "mig_pending", "reset_supported", "gpu_instances",
+                 "processes", "holders"},
                 "a GPU");
       SimGpu gpu;
       gpu.index = Get<int>(gpu_json, "index");
@@ -177,7 +195,8 @@ absl::StatusOr<SimState> FromJson(std::string_view text, std::string_view origin
       gpu.mig_pending = ParseMode(Get<std::string>(gpu_json, "mig_pending"));
       gpu.reset_supported = Get<bool>(gpu_json, "reset_supported");
       for (const json& gi_json : Get<json>(gpu_json, "gpu_instances")) {
-        CheckKeys(gi_json, {"id", "profile_id", "start", "size", "compute_instances"}, "a GPU instance");
+        CheckKeys(gi_json, {"id", "profile_id", "start", "size", "compute_instances"},
+                  "a GPU instance");
         SimGi gi;
         gi.id = Get<int>(gi_json, "id");
         gi.profile_id = Get<int>(gi_json, "profile_id");
@@ -192,10 +211,12 @@ absl::StatusOr<SimState> FromJson(std::string_view text, std::string_view origin
         gpu.gis.push_back(std::move(gi));
       }
       for (const json& p_json : Get<json>(gpu_json, "processes")) {
-        CheckKeys(p_json, {"pid", "name", "used_mib", "gpu_instance", "compute_instance"}, "a process");
-        gpu.processes.push_back({Get<std::uint32_t>(p_json, "pid"), Get<std::string>(p_json, "name"),
-                                 Get<std::int64_t>(p_json, "used_mib"), Get<int>(p_json, "gpu_instance"),
-                                 Get<int>(p_json, "compute_instance")});
+        CheckKeys(p_json, {"pid", "name", "used_mib", "gpu_instance", "compute_instance"},
+                  "a process");
+        gpu.processes.push_back(
+            {Get<std::uint32_t>(p_json, "pid"), Get<std::string>(p_json, "name"),
+             Get<std::int64_t>(p_json, "used_mib"), Get<int>(p_json, "gpu_instance"),
+             Get<int>(p_json, "compute_instance")});
       }
       gpu.holders = Get<std::vector<std::string>>(gpu_json, "holders");
       state.gpus.push_back(std::move(gpu));

@@ -1,5 +1,7 @@
 // apply / assert / export on simulated machines: the smallest change, busy instances, pending
 // modes, hooks-free flows, and convergence after a failure or a crash at every call of an apply.
+#include "gpuslice/agent/apply.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -11,7 +13,6 @@
 #include <set>
 #include <string>
 
-#include "gpuslice/agent/apply.h"
 #include "gpuslice/device/nvml_codes.h"
 #include "gpuslice/device/sim_backend.h"
 #include "gpuslice/device/sim_store.h"
@@ -34,7 +35,8 @@ std::vector<device::GpuInstanceInfo> GpuInstances(device::Backend& backend, int 
 
 // The id of the first compute instance of a GI, or -1.
 int FirstCi(device::Backend& backend, int gpu, int gi) {
-  absl::StatusOr<std::vector<device::ComputeInstanceInfo>> cis = backend.ListComputeInstances(gpu, gi);
+  absl::StatusOr<std::vector<device::ComputeInstanceInfo>> cis =
+      backend.ListComputeInstances(gpu, gi);
   EXPECT_TRUE(cis.ok() && !cis->empty());
   return cis.ok() && !cis->empty() ? cis->front().id : -1;
 }
@@ -125,7 +127,8 @@ class ApplyTest : public testing::Test {
     request.journal_path = path_ + ".journal";
     std::string unused;
     std::string& out = log != nullptr ? *log : unused;
-    return ApplyConfig(*backend, Catalog(), request, [&](const std::string& line) { out += line + "\n"; });
+    return ApplyConfig(*backend, Catalog(), request,
+                       [&](const std::string& line) { out += line + "\n"; });
   }
 
   std::vector<std::string> Assert(const std::string& config) {
@@ -145,16 +148,19 @@ class ApplyTest : public testing::Test {
     if (!gpus.ok()) return out;
     for (const device::GpuInfo& gpu : *gpus) {
       if (gpu.mig_current != device::MigMode::kEnabled) continue;
-      const absl::StatusOr<std::vector<device::GpuInstanceInfo>> gis = backend->ListGpuInstances(gpu.index);
+      const absl::StatusOr<std::vector<device::GpuInstanceInfo>> gis =
+          backend->ListGpuInstances(gpu.index);
       EXPECT_TRUE(gis.ok());
       if (!gis.ok()) continue;
-      for (const device::GpuInstanceInfo& gi : *gis) out.insert({gpu.index, gi.id, gi.profile_id, gi.start});
+      for (const device::GpuInstanceInfo& gi : *gis)
+        out.insert({gpu.index, gi.id, gi.profile_id, gi.start});
     }
     return out;
   }
 
   void Control(const std::function<int(SimState&, SimMachine&)>& fn) {
-    absl::StatusOr<std::unique_ptr<device::sim::SimStore>> store = device::sim::SimStore::Open(path_);
+    absl::StatusOr<std::unique_ptr<device::sim::SimStore>> store =
+        device::sim::SimStore::Open(path_);
     ASSERT_TRUE(store.ok());
     int code = 0;
     ASSERT_TRUE((*store)
@@ -217,7 +223,9 @@ TEST_F(ApplyTest, BusyInstanceIsNotDestroyedWithoutForceAndNothingChanges) {
   ASSERT_GE(gi_2g, 0);
   const int ci = FirstCi(*backend, 0, gi_2g);
   backend.reset();
-  Control([&](SimState&, SimMachine& machine) { return machine.AddProcess(0, {4242, "trainer", 3072, gi_2g, ci}); });
+  Control([&](SimState&, SimMachine& machine) {
+    return machine.AddProcess(0, {4242, "trainer", 3072, gi_2g, ci});
+  });
   const auto before = Instances();
   absl::StatusOr<ApplyResult> result = Apply("inference");
   ASSERT_FALSE(result.ok());
@@ -241,7 +249,9 @@ TEST_F(ApplyTest, BusyInstanceThatFitsTheNewLayoutIsKept) {
   }
   const int ci = FirstCi(*backend, 1, gi_3g);
   backend.reset();
-  Control([&](SimState&, SimMachine& machine) { return machine.AddProcess(1, {777, "server", 1024, gi_3g, ci}); });
+  Control([&](SimState&, SimMachine& machine) {
+    return machine.AddProcess(1, {777, "server", 1024, gi_3g, ci});
+  });
   absl::StatusOr<ApplyResult> result = Apply("inference");
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_TRUE(Assert("inference").empty());
@@ -262,13 +272,16 @@ TEST_F(ApplyTest, ComputeInstanceSplitsAndModeChanges) {
 }
 
 TEST_F(ApplyTest, PendingModeReportsWhatHoldsTheGpu) {
-  Control([](SimState&, SimMachine& machine) { return machine.AddHolder(2, "nvidia-persistenced"); });
+  Control(
+      [](SimState&, SimMachine& machine) { return machine.AddHolder(2, "nvidia-persistenced"); });
   absl::StatusOr<ApplyResult> result = Apply("balanced");
   ASSERT_FALSE(result.ok());
   const std::string message(result.status().message());
   EXPECT_NE(message.find("pending"), std::string::npos) << message;
   EXPECT_NE(message.find("nvidia-persistenced"), std::string::npos) << message;
-  Control([](SimState&, SimMachine& machine) { return machine.RemoveHolder(2, "nvidia-persistenced"); });
+  Control([](SimState&, SimMachine& machine) {
+    return machine.RemoveHolder(2, "nvidia-persistenced");
+  });
   result = Apply("balanced");
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_TRUE(Assert("balanced").empty());
@@ -291,7 +304,8 @@ TEST_F(ApplyTest, RepairsAGpuInstanceLeftWithoutComputeInstances) {
 TEST_F(ApplyTest, ExportReappliesAsNoOp) {
   ASSERT_TRUE(Apply("split").ok());
   std::unique_ptr<SimBackend> backend = Backend();
-  absl::StatusOr<spec::MigConfigFile> exported = ExportConfig(*backend, Catalog(), "current", false);
+  absl::StatusOr<spec::MigConfigFile> exported =
+      ExportConfig(*backend, Catalog(), "current", false);
   ASSERT_TRUE(exported.ok()) << exported.status();
   backend.reset();
   const std::string text = spec::WriteMigPartedConfig(*exported, spec::OutputFormat::kYaml);
@@ -359,7 +373,8 @@ TEST_P(FaultInjectionTest, NextApplyConvergesAfterAFailureAtEveryCall) {
     // The journal says whether the broken apply had begun its steps without finishing them.
     std::string journal_text;
     if (std::ifstream journal(path_ + ".journal"); journal) {
-      journal_text.assign(std::istreambuf_iterator<char>(journal), std::istreambuf_iterator<char>());
+      journal_text.assign(std::istreambuf_iterator<char>(journal),
+                          std::istreambuf_iterator<char>());
     }
     const bool interrupted = journal_text.find("\"begin\"") != std::string::npos &&
                              journal_text.find("\"end\"") == std::string::npos;

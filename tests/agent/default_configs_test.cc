@@ -74,7 +74,8 @@ TEST_P(DefaultConfigsTest, EveryDefaultConfigAppliesAssertsAndExportsAsNoOp) {
   ASSERT_NE(model, nullptr);
   ASSERT_TRUE(model->mig_capable());
   const std::string path = dir_ + "/machine.json";
-  absl::StatusOr<device::sim::SimState> state = device::sim::NewMachine(Catalog(), "2x" + model->id);
+  absl::StatusOr<device::sim::SimState> state =
+      device::sim::NewMachine(Catalog(), "2x" + model->id);
   ASSERT_TRUE(state.ok()) << state.status();
   ASSERT_TRUE(device::sim::SimStore::Create(path, *state, false).ok());
   std::vector<std::string> names;
@@ -83,7 +84,8 @@ TEST_P(DefaultConfigsTest, EveryDefaultConfigAppliesAssertsAndExportsAsNoOp) {
   ASSERT_TRUE(file.ok()) << file.status() << "\n" << text;
   for (const std::string& name : names) {
     SCOPED_TRACE(model->id + " " + name);
-    absl::StatusOr<std::unique_ptr<device::SimBackend>> backend = device::SimBackend::OpenFile(path, Catalog());
+    absl::StatusOr<std::unique_ptr<device::SimBackend>> backend =
+        device::SimBackend::OpenFile(path, Catalog());
     ASSERT_TRUE(backend.ok());
     ApplyRequest request;
     request.file = &*file;
@@ -91,28 +93,32 @@ TEST_P(DefaultConfigsTest, EveryDefaultConfigAppliesAssertsAndExportsAsNoOp) {
     request.config_name = name;
     request.journal_path = path + ".journal";
     std::string log;
-    absl::StatusOr<ApplyResult> result =
-        ApplyConfig(**backend, Catalog(), request, [&](const std::string& line) { log += line + "\n"; });
+    absl::StatusOr<ApplyResult> result = ApplyConfig(
+        **backend, Catalog(), request, [&](const std::string& line) { log += line + "\n"; });
     ASSERT_TRUE(result.ok()) << result.status() << "\n" << log;
-    absl::StatusOr<std::vector<std::string>> differences = AssertConfig(**backend, Catalog(), *file, name, false);
+    absl::StatusOr<std::vector<std::string>> differences =
+        AssertConfig(**backend, Catalog(), *file, name, false);
     ASSERT_TRUE(differences.ok());
     EXPECT_TRUE(differences->empty()) << differences->front();
     // Both GPUs hold the whole config: count the instances against the config.
     if (name != "all-disabled" && name != "all-enabled") {
       int wanted = 0;
-      for (const spec::MigDevice& device : (*SelectConfig(*file, name))->front().mig_devices) wanted += device.count;
+      for (const spec::MigDevice& device : (*SelectConfig(*file, name))->front().mig_devices)
+        wanted += device.count;
       EXPECT_EQ(static_cast<int>((*backend)->ListGpuInstances(0)->size()), wanted);
     }
     // export, then apply the export: nothing changes.
-    absl::StatusOr<spec::MigConfigFile> exported = ExportConfig(**backend, Catalog(), "current", false);
+    absl::StatusOr<spec::MigConfigFile> exported =
+        ExportConfig(**backend, Catalog(), "current", false);
     ASSERT_TRUE(exported.ok()) << exported.status();
-    absl::StatusOr<spec::MigConfigFile> reparsed =
-        spec::ParseMigPartedConfig(spec::WriteMigPartedConfig(*exported, spec::OutputFormat::kYaml), "export.yaml");
+    absl::StatusOr<spec::MigConfigFile> reparsed = spec::ParseMigPartedConfig(
+        spec::WriteMigPartedConfig(*exported, spec::OutputFormat::kYaml), "export.yaml");
     ASSERT_TRUE(reparsed.ok()) << reparsed.status();
     ApplyRequest again = request;
     again.file = &*reparsed;
     again.config_name = "current";
-    absl::StatusOr<ApplyResult> noop = ApplyConfig(**backend, Catalog(), again, [](const std::string&) {});
+    absl::StatusOr<ApplyResult> noop =
+        ApplyConfig(**backend, Catalog(), again, [](const std::string&) {});
     ASSERT_TRUE(noop.ok()) << noop.status();
     EXPECT_FALSE(noop->changed);
   }
@@ -129,7 +135,8 @@ std::vector<std::string> MigModels() {
 INSTANTIATE_TEST_SUITE_P(AllMigModels, DefaultConfigsTest, testing::ValuesIn(MigModels()),
                          [](const testing::TestParamInfo<std::string>& param) {
                            std::string name = param.param;
-                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           for (char& c : name)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return name;
                          });
 

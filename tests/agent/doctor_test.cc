@@ -17,7 +17,8 @@ const hw::Catalog& Catalog() { return hw::Catalog::Builtin(); }
 bool Has(const std::vector<Check>& checks, CheckLevel level, const std::string& subject,
          const std::string& text) {
   for (const Check& check : checks) {
-    if (check.level == level && check.subject == subject && check.what.find(text) != std::string::npos) {
+    if (check.level == level && check.subject == subject &&
+        check.what.find(text) != std::string::npos) {
       return true;
     }
   }

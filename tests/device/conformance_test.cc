@@ -65,7 +65,8 @@ class ConformanceTest : public testing::TestWithParam<Kind> {
     }
 #ifdef GPUSLICE_FAKE_NVML
     setenv("GPUSLICE_SIM", path_.c_str(), 1);
-    absl::StatusOr<std::unique_ptr<NvmlBackend>> nvml = NvmlBackend::Load(Catalog(), GPUSLICE_FAKE_NVML);
+    absl::StatusOr<std::unique_ptr<NvmlBackend>> nvml =
+        NvmlBackend::Load(Catalog(), GPUSLICE_FAKE_NVML);
     ASSERT_TRUE(nvml.ok()) << nvml.status();
     backend_ = *std::move(nvml);
 #else
@@ -82,9 +83,8 @@ class ConformanceTest : public testing::TestWithParam<Kind> {
   // Simulation controls (processes, holders, faults) on the machine under test.
   void Control(const std::function<int(SimState&, SimMachine&)>& fn) {
     if (memory_ != nullptr) {
-      absl::Status status = memory_->Control("control", true, [&](SimMachine& machine) {
-        return fn(machine.state(), machine);
-      });
+      absl::Status status = memory_->Control(
+          "control", true, [&](SimMachine& machine) { return fn(machine.state(), machine); });
       ASSERT_TRUE(status.ok()) << status;
       return;
     }
@@ -153,7 +153,8 @@ TEST_P(ConformanceTest, EnablingAnIdleGpuAppliesAtOnce) {
 }
 
 TEST_P(ConformanceTest, ModeStaysPendingWhileAHolderHoldsTheGpuAndResetIsRefused) {
-  Control([](SimState&, SimMachine& machine) { return machine.AddHolder(0, "nvidia-persistenced"); });
+  Control(
+      [](SimState&, SimMachine& machine) { return machine.AddHolder(0, "nvidia-persistenced"); });
   absl::StatusOr<MigModeChange> change = backend_->SetMigMode(0, MigMode::kEnabled);
   ASSERT_TRUE(change.ok()) << change.status();
   EXPECT_FALSE(change->applied);
@@ -167,7 +168,9 @@ TEST_P(ConformanceTest, ModeStaysPendingWhileAHolderHoldsTheGpuAndResetIsRefused
     ASSERT_TRUE(holders.ok());
     EXPECT_EQ(*holders, std::vector<std::string>{"nvidia-persistenced"});
   }
-  Control([](SimState&, SimMachine& machine) { return machine.RemoveHolder(0, "nvidia-persistenced"); });
+  Control([](SimState&, SimMachine& machine) {
+    return machine.RemoveHolder(0, "nvidia-persistenced");
+  });
   ASSERT_TRUE(backend_->ResetGpu(0).ok());
   gpu = (*backend_->ListGpus())[0];
   EXPECT_EQ(gpu.mig_current, MigMode::kEnabled);
@@ -186,7 +189,8 @@ TEST_P(ConformanceTest, PassthroughGpuCannotBeReset) {
 }
 
 TEST_P(ConformanceTest, CreatingWhileMigIsOffIsNotSupported) {
-  absl::StatusOr<GpuInstanceInfo> gi = backend_->CreateGpuInstance(0, ProfileId(0, "1g.5gb"), std::nullopt);
+  absl::StatusOr<GpuInstanceInfo> gi =
+      backend_->CreateGpuInstance(0, ProfileId(0, "1g.5gb"), std::nullopt);
   EXPECT_TRUE(HasNvmlCode(gi.status(), kNvmlNotSupported)) << gi.status();
 }
 
@@ -228,15 +232,19 @@ TEST_P(ConformanceTest, ExplicitPlacementsAndTheirErrors) {
   EXPECT_EQ(gi->id, 1);
   EXPECT_EQ(gi->start, 0);
   // Overlap.
-  EXPECT_TRUE(HasNvmlCode(backend_->CreateGpuInstance(1, 19, 2).status(), kNvmlInsufficientResources));
+  EXPECT_TRUE(
+      HasNvmlCode(backend_->CreateGpuInstance(1, 19, 2).status(), kNvmlInsufficientResources));
   // A start the profile does not allow (1g never starts at 7; 3g not at 2).
   EXPECT_TRUE(HasNvmlCode(backend_->CreateGpuInstance(1, 19, 7).status(), kNvmlInvalidArgument));
   EXPECT_TRUE(HasNvmlCode(backend_->CreateGpuInstance(1, 9, 2).status(), kNvmlInvalidArgument));
   // Instance cap: one 4g at most, and it would overlap anyway; +me at most once.
   ASSERT_TRUE(backend_->CreateGpuInstance(1, 20, 4).ok());
-  EXPECT_TRUE(HasNvmlCode(backend_->CreateGpuInstance(1, 20, 5).status(), kNvmlInsufficientResources));
-  // The profile ID is not the NVML constant: 2 is NVML_GPU_INSTANCE_PROFILE_3_SLICE, not a profile ID.
-  EXPECT_TRUE(HasNvmlCode(backend_->CreateGpuInstance(1, 2, std::nullopt).status(), kNvmlInvalidArgument));
+  EXPECT_TRUE(
+      HasNvmlCode(backend_->CreateGpuInstance(1, 20, 5).status(), kNvmlInsufficientResources));
+  // The profile ID is not the NVML constant: 2 is NVML_GPU_INSTANCE_PROFILE_3_SLICE, not a profile
+  // ID.
+  EXPECT_TRUE(
+      HasNvmlCode(backend_->CreateGpuInstance(1, 2, std::nullopt).status(), kNvmlInvalidArgument));
 }
 
 TEST_P(ConformanceTest, ComputeInstancesHaveStableMigUuids) {
@@ -244,10 +252,12 @@ TEST_P(ConformanceTest, ComputeInstancesHaveStableMigUuids) {
   absl::StatusOr<GpuInstanceInfo> gi = backend_->CreateGpuInstance(1, 9, 4);
   ASSERT_TRUE(gi.ok());
   // In a 3g GI a 2c can only start at slice 0 (mig-facts §2.11), a 1c anywhere.
-  EXPECT_TRUE(HasNvmlCode(backend_->CreateComputeInstance(1, gi->id, 1, 1).status(), kNvmlInvalidArgument));
+  EXPECT_TRUE(
+      HasNvmlCode(backend_->CreateComputeInstance(1, gi->id, 1, 1).status(), kNvmlInvalidArgument));
   absl::StatusOr<ComputeInstanceInfo> a = backend_->CreateComputeInstance(1, gi->id, 1, 0);
   ASSERT_TRUE(a.ok()) << a.status();
-  absl::StatusOr<ComputeInstanceInfo> b = backend_->CreateComputeInstance(1, gi->id, 0, std::nullopt);
+  absl::StatusOr<ComputeInstanceInfo> b =
+      backend_->CreateComputeInstance(1, gi->id, 0, std::nullopt);
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(a->start, 0);
   EXPECT_EQ(a->size, 2);
@@ -260,15 +270,18 @@ TEST_P(ConformanceTest, ComputeInstancesHaveStableMigUuids) {
                           kNvmlInsufficientResources));
   EXPECT_TRUE(HasNvmlCode(backend_->CreateComputeInstance(1, gi->id, 2, std::nullopt).status(),
                           kNvmlInsufficientResources));
-  absl::StatusOr<std::vector<ComputeInstanceInfo>> first = backend_->ListComputeInstances(1, gi->id);
-  absl::StatusOr<std::vector<ComputeInstanceInfo>> second = backend_->ListComputeInstances(1, gi->id);
+  absl::StatusOr<std::vector<ComputeInstanceInfo>> first =
+      backend_->ListComputeInstances(1, gi->id);
+  absl::StatusOr<std::vector<ComputeInstanceInfo>> second =
+      backend_->ListComputeInstances(1, gi->id);
   ASSERT_TRUE(first.ok() && second.ok());
   ASSERT_EQ(first->size(), 2u);
   EXPECT_EQ((*first)[0].uuid, (*second)[0].uuid);
   EXPECT_EQ((*first)[1].uuid, (*second)[1].uuid);
   // A destroyed and re-created CI is a new MIG device with a new UUID.
   ASSERT_TRUE(backend_->DestroyComputeInstance(1, gi->id, b->id).ok());
-  absl::StatusOr<ComputeInstanceInfo> c = backend_->CreateComputeInstance(1, gi->id, 0, std::nullopt);
+  absl::StatusOr<ComputeInstanceInfo> c =
+      backend_->CreateComputeInstance(1, gi->id, 0, std::nullopt);
   ASSERT_TRUE(c.ok());
   EXPECT_NE(c->uuid, b->uuid);
 }
@@ -277,7 +290,8 @@ TEST_P(ConformanceTest, DestroyingBusyInstancesIsInUse) {
   EnableMig(1);
   absl::StatusOr<GpuInstanceInfo> gi = backend_->CreateGpuInstance(1, 14, 0);
   ASSERT_TRUE(gi.ok());
-  absl::StatusOr<ComputeInstanceInfo> ci = backend_->CreateComputeInstance(1, gi->id, 1, std::nullopt);
+  absl::StatusOr<ComputeInstanceInfo> ci =
+      backend_->CreateComputeInstance(1, gi->id, 1, std::nullopt);
   ASSERT_TRUE(ci.ok());
   // A GI with a compute instance cannot go.
   EXPECT_TRUE(HasNvmlCode(backend_->DestroyGpuInstance(1, gi->id), kNvmlInUse));

@@ -314,7 +314,8 @@ gpus:
   ASSERT_TRUE(catalog.ok()) << catalog.status();
   const Shape s(catalog->models()[0]);
   // shape.h: only the OFA is budgeted; JPEG counts (estimated on several models) are not.
-  const std::vector<Placed> two = {At(0, 0), At(0, 1)};  // 2 JPEG users, the GPU's full profile has 1
+  const std::vector<Placed> two = {At(0, 0),
+                                   At(0, 1)};  // 2 JPEG users, the GPU's full profile has 1
   EXPECT_TRUE(s.Validate(two).ok());
   EXPECT_EQ(s.FreeCount(s.OccupancyOf(std::vector<Placed>{At(0, 0)}), 0), 1);
 }

@@ -60,7 +60,8 @@ absl::StatusOr<std::vector<std::string>> AssertConfig(device::Backend& backend,
 
 // The machine's current layout as a mig-parted config named `label` (GPUs with identical layouts
 // share an entry). With `placements`, adds gpuslice-placements so a re-apply keeps exact starts.
-absl::StatusOr<spec::MigConfigFile> ExportConfig(device::Backend& backend, const hw::Catalog& catalog,
+absl::StatusOr<spec::MigConfigFile> ExportConfig(device::Backend& backend,
+                                                 const hw::Catalog& catalog,
                                                  const std::string& label, bool placements);
 
 }  // namespace gpuslice::agent

@@ -25,7 +25,7 @@ struct Check {
 };
 
 struct DoctorOptions {
-  bool simulated = false;          // host checks (CUDA library, /proc) do not apply
+  bool simulated = false;  // host checks (CUDA library, /proc) do not apply
   std::string proc_root = "/proc";
   std::string cuda_library = "libcuda.so.1";
 };

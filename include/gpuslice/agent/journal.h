@@ -19,7 +19,7 @@ struct InterruptedApply {
   std::string description;  // e.g. "config all-balanced from mig.yaml"
   int steps_done = 0;
   int steps_total = 0;
-  std::string last_step;    // text of the last step begun
+  std::string last_step;  // text of the last step begun
 };
 
 class Journal {

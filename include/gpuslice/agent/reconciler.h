@@ -39,8 +39,8 @@ struct GpuTarget {
 // What is on a GPU now.
 struct GpuSnapshot {
   device::GpuInfo info;
-  std::vector<device::GpuInstanceInfo> gis;                    // ordered by GI id
-  std::vector<std::vector<device::ComputeInstanceInfo>> cis;   // cis[i] belongs to gis[i]
+  std::vector<device::GpuInstanceInfo> gis;                   // ordered by GI id
+  std::vector<std::vector<device::ComputeInstanceInfo>> cis;  // cis[i] belongs to gis[i]
   std::vector<device::ProcessInfo> processes;
   std::vector<std::string> holders;
 };
@@ -61,20 +61,20 @@ enum class StepKind {
 struct Step {
   StepKind kind = StepKind::kCreateGpuInstance;
   int gpu = 0;
-  int gi = -1;               // existing GI (destroy, or create a CI in a kept GI)
-  int gi_from_step = -1;     // CreateComputeInstance in a GI created by that step of the plan
+  int gi = -1;            // existing GI (destroy, or create a CI in a kept GI)
+  int gi_from_step = -1;  // CreateComputeInstance in a GI created by that step of the plan
   int ci = -1;
-  int profile_id = -1;       // GI or CI profile id
-  int start = -1;            // placement start (GI units or CI slices)
+  int profile_id = -1;  // GI or CI profile id
+  int start = -1;       // placement start (GI units or CI slices)
   device::MigMode mode = device::MigMode::kDisabled;
   std::uint32_t pid = 0;
-  std::string text;          // for progress and --dry-run
+  std::string text;  // for progress and --dry-run
 };
 
 // An instance the plan must remove although processes run on it.
 struct BusyInstance {
   int gi = -1;
-  int ci = -1;  // -1: the processes are counted for the whole GI
+  int ci = -1;           // -1: the processes are counted for the whole GI
   std::string instance;  // e.g. "3g.40gb@4 (GI 2)"
   std::vector<device::ProcessInfo> processes;
 };
@@ -94,8 +94,8 @@ struct GpuPlan {
 };
 
 struct PlanOptions {
-  bool force = false;        // terminate processes on instances that must go
-  int grace_seconds = 10;    // for TerminateProcess
+  bool force = false;      // terminate processes on instances that must go
+  int grace_seconds = 10;  // for TerminateProcess
 };
 
 // The plan for one GPU. Errors: FailedPrecondition when the target is impossible on this GPU (MIG

@@ -31,10 +31,10 @@ enum class MigMode { kDisabled = 0, kEnabled = 1 };
 
 struct GpuInfo {
   int index = 0;
-  std::string uuid;         // "GPU-…"
-  std::string name;         // nvmlDeviceGetName, e.g. "NVIDIA H100 80GB HBM3"
+  std::string uuid;  // "GPU-…"
+  std::string name;  // nvmlDeviceGetName, e.g. "NVIDIA H100 80GB HBM3"
   std::uint16_t pci_device_id = 0;
-  std::string pci_bus_id;   // "00000000:36:00.0"
+  std::string pci_bus_id;  // "00000000:36:00.0"
   std::int64_t memory_total_mib = 0;
   bool mig_capable = false;
   MigMode mig_current = MigMode::kDisabled;
@@ -57,7 +57,7 @@ struct ComputeInstanceInfo {
   int profile_id = 0;  // CI profile id (NVML_COMPUTE_INSTANCE_PROFILE_* value)
   int start = 0;       // in compute slices of the GI
   int size = 0;
-  std::string uuid;    // MIG device UUID ("MIG-…"), stable for the instance's life
+  std::string uuid;  // MIG device UUID ("MIG-…"), stable for the instance's life
 };
 
 struct ProcessInfo {
@@ -92,7 +92,8 @@ class Backend {
   // All GPU instances of a GPU, ordered by GI id.
   virtual absl::StatusOr<std::vector<GpuInstanceInfo>> ListGpuInstances(int gpu) = 0;
   // All compute instances of a GI, ordered by CI id.
-  virtual absl::StatusOr<std::vector<ComputeInstanceInfo>> ListComputeInstances(int gpu, int gi) = 0;
+  virtual absl::StatusOr<std::vector<ComputeInstanceInfo>> ListComputeInstances(int gpu,
+                                                                                int gi) = 0;
 
   // Creates a GI of `profile_id`; at `start` if given (NVML ...WithPlacement), else where the
   // driver chooses. Fails with INSUFFICIENT_RESOURCES when it does not fit, INVALID_ARGUMENT for a
@@ -100,7 +101,8 @@ class Backend {
   virtual absl::StatusOr<GpuInstanceInfo> CreateGpuInstance(int gpu, int profile_id,
                                                             std::optional<int> start) = 0;
   // Creates a CI in GI `gi`; at `start` (compute slices) if given.
-  virtual absl::StatusOr<ComputeInstanceInfo> CreateComputeInstance(int gpu, int gi, int ci_profile_id,
+  virtual absl::StatusOr<ComputeInstanceInfo> CreateComputeInstance(int gpu, int gi,
+                                                                    int ci_profile_id,
                                                                     std::optional<int> start) = 0;
   // IN_USE while the GI has compute instances or processes.
   virtual absl::Status DestroyGpuInstance(int gpu, int gi) = 0;

@@ -1,8 +1,8 @@
 // gpuslice/device/nvml_codes.h
 //
-// NVML return codes (nvml.h `nvmlReturn_t`) and how gpuslice reports them. Every device error carries
-// its NVML code in the absl::Status (payload "gpuslice.dev/nvml"), so callers can react to IN_USE or
-// INSUFFICIENT_RESOURCES exactly, and users read a clear message with the code's name.
+// NVML return codes (nvml.h `nvmlReturn_t`) and how gpuslice reports them. Every device error
+// carries its NVML code in the absl::Status (payload "gpuslice.dev/nvml"), so callers can react to
+// IN_USE or INSUFFICIENT_RESOURCES exactly, and users read a clear message with the code's name.
 #pragma once
 
 #include <optional>

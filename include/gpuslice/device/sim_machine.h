@@ -71,9 +71,9 @@ struct SimGpu {
   MigMode mig_current = MigMode::kDisabled;
   MigMode mig_pending = MigMode::kDisabled;
   bool reset_supported = true;
-  std::vector<SimGi> gis;                 // ordered by GI id
+  std::vector<SimGi> gis;  // ordered by GI id
   std::vector<SimProcess> processes;
-  std::vector<std::string> holders;       // clients that block a reset
+  std::vector<std::string> holders;  // clients that block a reset
 };
 
 struct FaultRule {
@@ -81,13 +81,13 @@ struct FaultRule {
   std::string match;         // fire on calls whose name contains this; "" = any
   int code = kNvmlUnknown;   // the NVML code the call fails with
   bool abort_process = false;
-  int times = 1;             // how many times it fires; -1 = always
+  int times = 1;  // how many times it fires; -1 = always
 };
 
 struct SimState {
   std::string driver_version = "580.65.06";
   std::vector<SimGpu> gpus;
-  std::int64_t calls = 0;       // calls since the faults were armed
+  std::int64_t calls = 0;  // calls since the faults were armed
   std::vector<FaultRule> faults;
   std::uint64_t uuid_counter = 0;
   std::uint64_t seed = 1;

@@ -34,7 +34,8 @@ class SimStore {
   // Runs `fn` on the current state while holding the lock. `fn` returns whether it changed the
   // state; if so the file is rewritten before the lock is released. `fn` may also call `save` to
   // write the state immediately (used before an injected abort).
-  absl::Status Update(const std::function<bool(SimState& state, const std::function<void()>& save)>& fn);
+  absl::Status Update(
+      const std::function<bool(SimState& state, const std::function<void()>& save)>& fn);
   // A copy of the current state.
   absl::StatusOr<SimState> Read();
 
