@@ -9,19 +9,14 @@
 #include "absl/status/status.h"
 #include "gpuslice/geometry/compute_instances.h"
 #include "gpuslice/geometry/shape.h"
+#include "gpuslice/util/strings.h"
 
 namespace gpuslice::device::sim {
 namespace {
 
-constexpr int kMaxGpus = 64;
+using util::Trim;
 
-std::string Trim(std::string_view text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
-    text.remove_prefix(1);
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
-    text.remove_suffix(1);
-  return std::string(text);
-}
+constexpr int kMaxGpus = 64;
 
 // splitmix64: deterministic ids from (seed, counter).
 std::uint64_t Mix(std::uint64_t x) {
@@ -50,6 +45,18 @@ geometry::Occupancy OccupancyOf(const geometry::Shape& shape, const SimGpu& gpu)
     if (profile != nullptr) shape.Add(occupancy, shape.mig().IndexOf(*profile), gi.start);
   }
   return occupancy;
+}
+
+// A GI's compute instances as CI-profile indices and starts.
+std::vector<geometry::CiPlaced> PlacedCis(const geometry::CiShape& shape, const SimGi& gi) {
+  std::vector<geometry::CiPlaced> placed;
+  for (const SimCi& ci : gi.cis) {
+    const int index = shape.FindById(ci.profile_id);
+    if (index >= 0) {
+      placed.push_back({static_cast<std::uint8_t>(index), static_cast<std::uint8_t>(ci.start)});
+    }
+  }
+  return placed;
 }
 
 bool HasProcessOn(const SimGpu& gpu, int gi, int ci) {
@@ -238,19 +245,9 @@ int SimMachine::CreateCi(int gpu, int gi_id, int ci_profile_id, std::optional<in
   const hw::GpuModel* model = ModelOf(gpu);
   const hw::GiProfile* gi_profile = model->mig->FindProfileBySmiId(gi->profile_id);
   const geometry::CiShape ci_shape(*model->mig, *gi_profile);
-  int ci_index = -1;
-  for (size_t i = 0; i < ci_shape.profiles().size(); ++i) {
-    if (ci_shape.profiles()[i].id == ci_profile_id) ci_index = static_cast<int>(i);
-  }
+  const int ci_index = ci_shape.FindById(ci_profile_id);
   if (ci_index < 0) return kNvmlNotSupported;
-  std::vector<geometry::CiPlaced> existing;
-  for (const SimCi& ci : gi->cis) {
-    for (size_t i = 0; i < ci_shape.profiles().size(); ++i) {
-      if (ci_shape.profiles()[i].id == ci.profile_id) {
-        existing.push_back({static_cast<std::uint8_t>(i), static_cast<std::uint8_t>(ci.start)});
-      }
-    }
-  }
+  const std::vector<geometry::CiPlaced> existing = PlacedCis(ci_shape, *gi);
   const hw::CiProfile& ci_profile = ci_shape.profiles()[static_cast<size_t>(ci_index)];
   int at = -1;
   if (start) {
@@ -337,19 +334,9 @@ int SimMachine::RemainingCiCapacity(int gpu, int gi_id, int ci_profile_id, int* 
   if (gi == nullptr) return kNvmlNotFound;
   const hw::GpuModel* model = ModelOf(gpu);
   const geometry::CiShape ci_shape(*model->mig, *model->mig->FindProfileBySmiId(gi->profile_id));
-  int ci_index = -1;
-  for (size_t i = 0; i < ci_shape.profiles().size(); ++i) {
-    if (ci_shape.profiles()[i].id == ci_profile_id) ci_index = static_cast<int>(i);
-  }
+  const int ci_index = ci_shape.FindById(ci_profile_id);
   if (ci_index < 0) return kNvmlNotSupported;
-  std::vector<geometry::CiPlaced> existing;
-  for (const SimCi& ci : gi->cis) {
-    for (size_t i = 0; i < ci_shape.profiles().size(); ++i) {
-      if (ci_shape.profiles()[i].id == ci.profile_id) {
-        existing.push_back({static_cast<std::uint8_t>(i), static_cast<std::uint8_t>(ci.start)});
-      }
-    }
-  }
+  const std::vector<geometry::CiPlaced> existing = PlacedCis(ci_shape, *gi);
   *count = ci_shape.FreeCount(existing, ci_index);
   return kNvmlSuccess;
 }

@@ -20,6 +20,13 @@ int CiShape::Find(std::string_view ci_name) const {
   return -1;
 }
 
+int CiShape::FindById(int ci_profile_id) const {
+  for (size_t i = 0; i < profiles_->size(); ++i) {
+    if ((*profiles_)[i].id == ci_profile_id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 int CiShape::DefaultIndex() const {
   for (size_t i = 0; i < profiles_->size(); ++i) {
     if ((*profiles_)[i].is_default) return static_cast<int>(i);

@@ -33,6 +33,8 @@ class CiShape {
   int slices() const { return gi_->compute_slices; }
   // Index of the CI profile named "1c" / "2c" … or -1.
   int Find(std::string_view ci_name) const;
+  // Index of the CI profile with this NVML CI profile id, or -1.
+  int FindById(int ci_profile_id) const;
   // Index of the default CI profile (the one `-C` creates).
   int DefaultIndex() const;
 
