@@ -19,6 +19,66 @@ std::vector<long> VersionParts(const std::string& text) {
   return parts;
 }
 
+std::string Quoted(const std::string& text) { return "'" + text + "'"; }
+
+// Compares the GI profiles the driver reports for a GPU with the catalog's model: profiles the
+// catalog lacks (WARN), and names or memory sizes that differ (INFO; drivers rename profiles and
+// change memory sizes between versions, mig-facts §0.5).
+void CompareProfiles(device::Backend& backend, const device::GpuInfo& info,
+                     const hw::GpuModel& model, const std::string& gpu,
+                     std::vector<Check>& checks) {
+  absl::StatusOr<std::vector<device::GpuInstanceProfileInfo>> profiles =
+      backend.ListGpuInstanceProfiles(info.index);
+  if (!profiles.ok()) {
+    checks.push_back({CheckLevel::kWarn, gpu,
+                      "cannot list the driver's GPU instance profiles: " +
+                          std::string(profiles.status().message()),
+                      ""});
+    return;
+  }
+  const hw::MigSpec& mig = *model.mig;
+  size_t differences = 0;
+  for (const device::GpuInstanceProfileInfo& profile : *profiles) {
+    const std::string id = "profile ID " + std::to_string(profile.id);
+    const hw::GiProfile* known = mig.FindProfileBySmiId(profile.id);
+    if (known == nullptr) {
+      ++differences;
+      checks.push_back({CheckLevel::kWarn, gpu,
+                        "driver reports " + id + " (" + profile.name + ") that the catalog for " +
+                            model.id + " does not know",
+                        "add it with --catalog FILE (docs/CATALOG.md)"});
+      continue;
+    }
+    if (profile.name != known->name) {
+      ++differences;
+      const bool alias = mig.FindProfile(profile.name) == known;
+      std::string what = "driver names " + id + " " + Quoted(profile.name) +
+                         " (catalog: " + Quoted(known->name) + (alias ? ", alias ok" : "") + ")";
+      if (profile.name_derived) what += "; the driver gives no names, this one is derived";
+      checks.push_back({CheckLevel::kInfo, gpu, what, ""});
+    }
+    if (profile.memory_mib != known->memory_mib) {
+      ++differences;
+      std::string what = "driver gives " + id + " (" + known->name + ") " +
+                         std::to_string(profile.memory_mib) +
+                         " MiB (catalog: " + std::to_string(known->memory_mib) + " MiB";
+      for (const hw::AlternateMemory& alternate : known->memory_alt) {
+        if (alternate.mib == profile.memory_mib) {
+          what += "; a known alternate" + (alternate.note.empty() ? "" : ": " + alternate.note);
+          break;
+        }
+      }
+      checks.push_back({CheckLevel::kInfo, gpu, what + ")", ""});
+    }
+  }
+  if (differences == 0) {
+    checks.push_back({CheckLevel::kPass, gpu,
+                      "the driver's " + std::to_string(profiles->size()) +
+                          " GPU instance profiles match the catalog",
+                      ""});
+  }
+}
+
 }  // namespace
 
 int CompareVersions(const std::string& a, const std::string& b) {
@@ -155,6 +215,16 @@ std::vector<Check> RunDoctor(device::Backend& backend, const hw::Catalog& catalo
                             " GPU process(es) run: instances they use will not be destroyed "
                             "without --force",
                         ""});
+    }
+    if (model != nullptr && model->mig) {
+      if (info.mig_current == device::MigMode::kEnabled) {
+        CompareProfiles(backend, info, *model, gpu, checks);
+      } else {
+        checks.push_back({CheckLevel::kInfo, gpu,
+                          "GPU instance profiles not compared with the catalog: the driver lists "
+                          "them only while MIG is enabled",
+                          ""});
+      }
     }
     if (info.mig_current == device::MigMode::kEnabled) {
       size_t without_ci = 0;

@@ -7,7 +7,7 @@
 //
 // Two users:
 //   * NvmlBackend (nvml_backend.cc) resolves every function of GPUSLICE_NVML_FUNCTIONS with dlsym
-//     into an nvml::Api table;
+//     into an nvml::Api table, plus the optional ones declared after that list;
 //   * the test NVML library (fake_nvml/fake_nvml.cc) defines the same functions with C linkage and
 //     static_asserts that each definition has exactly the type declared here, so the backend and
 //     the library cannot drift apart.
@@ -105,6 +105,52 @@ struct nvmlGpuInstanceProfileInfo_t {
   unsigned long long memorySizeMB;
 };
 
+// nvmlGpuInstanceProfileInfo_v2_t: a version word first, the v1 fields, then the profile name.
+struct nvmlGpuInstanceProfileInfo_v2_t {
+  unsigned version;  // kGpuInstanceProfileInfoV2
+  unsigned id;
+  unsigned isP2pSupported;
+  unsigned sliceCount;
+  unsigned instanceCount;
+  unsigned multiprocessorCount;
+  unsigned copyEngineCount;
+  unsigned decoderCount;
+  unsigned encoderCount;
+  unsigned jpegCount;
+  unsigned ofaCount;
+  unsigned long long memorySizeMB;
+  char name[kDeviceNameBufferSize];  // "MIG 1g.10gb"
+};
+
+// nvmlGpuInstanceProfileInfo_v3_t: like v2 without isP2pSupported, plus capability bits.
+struct nvmlGpuInstanceProfileInfo_v3_t {
+  unsigned version;  // kGpuInstanceProfileInfoV3
+  unsigned id;
+  unsigned sliceCount;
+  unsigned instanceCount;
+  unsigned multiprocessorCount;
+  unsigned copyEngineCount;
+  unsigned decoderCount;
+  unsigned encoderCount;
+  unsigned jpegCount;
+  unsigned ofaCount;
+  unsigned long long memorySizeMB;
+  char name[kDeviceNameBufferSize];
+  unsigned capabilities;  // kGpuInstanceProfileCaps*
+};
+
+// NVML_STRUCT_VERSION(data, ver): the struct's size in the low bits, the version in the top byte.
+constexpr unsigned StructVersion(std::size_t size, unsigned version) {
+  return static_cast<unsigned>(size) | (version << 24U);
+}
+inline constexpr unsigned kGpuInstanceProfileInfoV2 =
+    StructVersion(sizeof(nvmlGpuInstanceProfileInfo_v2_t), 2);
+inline constexpr unsigned kGpuInstanceProfileInfoV3 =
+    StructVersion(sizeof(nvmlGpuInstanceProfileInfo_v3_t), 3);
+// nvmlGpuInstanceProfileInfo_v3_t.capabilities bits (NVML_GPU_INSTANCE_PROFILE_CAPS_*).
+inline constexpr unsigned kGpuInstanceProfileCapsP2p = 0x1;
+inline constexpr unsigned kGpuInstanceProfileCapsGfx = 0x2;
+
 // nvmlGpuInstanceInfo_t.
 struct nvmlGpuInstanceInfo_t {
   nvmlDevice_t device;  // parent device
@@ -148,6 +194,19 @@ static_assert(sizeof(nvmlProcessInfo_t) == 24 && offsetof(nvmlProcessInfo_t, use
               offsetof(nvmlProcessInfo_t, gpuInstanceId) == 16);
 static_assert(sizeof(nvmlGpuInstanceProfileInfo_t) == 48 &&
               offsetof(nvmlGpuInstanceProfileInfo_t, memorySizeMB) == 40);
+static_assert(offsetof(nvmlGpuInstanceProfileInfo_v2_t, id) == 4 &&
+              offsetof(nvmlGpuInstanceProfileInfo_v2_t, ofaCount) == 40 &&
+              offsetof(nvmlGpuInstanceProfileInfo_v2_t, memorySizeMB) == 48 &&
+              offsetof(nvmlGpuInstanceProfileInfo_v2_t, name) == 56 &&
+              sizeof(nvmlGpuInstanceProfileInfo_v2_t) == 152);
+static_assert(offsetof(nvmlGpuInstanceProfileInfo_v3_t, id) == 4 &&
+              offsetof(nvmlGpuInstanceProfileInfo_v3_t, sliceCount) == 8 &&
+              offsetof(nvmlGpuInstanceProfileInfo_v3_t, memorySizeMB) == 40 &&
+              offsetof(nvmlGpuInstanceProfileInfo_v3_t, name) == 48 &&
+              offsetof(nvmlGpuInstanceProfileInfo_v3_t, capabilities) == 144 &&
+              sizeof(nvmlGpuInstanceProfileInfo_v3_t) == 152);
+// Both versions are 152 bytes: only the version number in the top byte tells them apart.
+static_assert(kGpuInstanceProfileInfoV2 == 0x02000098U && kGpuInstanceProfileInfoV3 == 0x03000098U);
 static_assert(sizeof(nvmlGpuInstanceInfo_t) == 24 &&
               offsetof(nvmlGpuInstanceInfo_t, placement) == 16);
 static_assert(sizeof(nvmlComputeInstanceProfileInfo_t) == 36);
@@ -219,6 +278,13 @@ static_assert(sizeof(nvmlComputeInstanceInfo_t) == 32 &&
 GPUSLICE_NVML_FUNCTIONS(GPUSLICE_NVML_FN_TYPE)
 #undef GPUSLICE_NVML_FN_TYPE
 
+// Optional: resolved when the library has it (drivers since R470 or so; older ones only have the
+// v1 nvmlDeviceGetGpuInstanceProfileInfo). `info->version` selects v2 or v3 (the v3 struct is
+// passed through the same pointer type); an unknown version is ARGUMENT_VERSION_MISMATCH.
+using nvmlDeviceGetGpuInstanceProfileInfoV_fn =
+    nvmlReturn_t (*)(nvmlDevice_t device, unsigned profile, nvmlGpuInstanceProfileInfo_v2_t* info);
+inline constexpr char kGpuInstanceProfileInfoVSymbol[] = "nvmlDeviceGetGpuInstanceProfileInfoV";
+
 // Exported by NVML and by the test library, but not needed by NvmlBackend.
 using nvmlErrorString_fn = const char* (*)(nvmlReturn_t result);
 // Exported only by the test NVML library (fake_nvml): resets a simulated GPU, the operation NVML
@@ -235,6 +301,8 @@ struct Api {
 #define GPUSLICE_NVML_FN_MEMBER(ret, name, params) name##_fn name = nullptr;
   GPUSLICE_NVML_FUNCTIONS(GPUSLICE_NVML_FN_MEMBER)
 #undef GPUSLICE_NVML_FN_MEMBER
+  nvmlDeviceGetGpuInstanceProfileInfoV_fn nvmlDeviceGetGpuInstanceProfileInfoV =
+      nullptr;                                                             // optional
   gpusliceTestResetGpu_fn gpusliceTestResetGpu = nullptr;                  // optional
   gpusliceTestTerminateProcess_fn gpusliceTestTerminateProcess = nullptr;  // optional
 };

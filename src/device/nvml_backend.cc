@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "gpuslice/device/nvml_codes.h"
@@ -181,6 +182,111 @@ absl::StatusOr<nvmlGpuInstanceProfileInfo_t> GiProfileById(const Api& api, nvmlD
                    "GPU instance profile " + Str(profile_id) + " on " + GpuText(gpu));
 }
 
+// The media suffix of the profiles an NVML_GPU_INSTANCE_PROFILE_* constant selects (the v1 struct
+// has no name to read it from).
+std::string ConstantSuffix(unsigned constant) {
+  switch (constant) {
+    case 0x07:  // 1_SLICE_REV1
+    case 0x08:  // 2_SLICE_REV1
+      return "+me";
+    case 0x0A:  // 1_SLICE_GFX
+    case 0x0B:  // 2_SLICE_GFX
+    case 0x0C:  // 4_SLICE_GFX
+    case 0x11:  // 3_SLICE_GFX
+      return "+gfx";
+    case 0x0D:  // 1_SLICE_NO_ME
+    case 0x0E:  // 2_SLICE_NO_ME
+      return "-me";
+    case 0x0F:  // 1_SLICE_ALL_ME
+    case 0x10:  // 2_SLICE_ALL_ME
+      return "+me.all";
+    default:
+      return "";
+  }
+}
+
+// The name of a profile the driver did not name: "<slices>g.<GB>gb" + the constant's suffix, with
+// go-nvlib's rounding (mig-facts §5.3): GB = round(ceil(8 * memory / total) / 8 * ceil(total GiB)),
+// which gives the marketing sizes (A100-40GB 7g: 40192 MiB -> "40gb", not 39).
+std::string DerivedProfileName(int slices, std::int64_t memory_mib, std::int64_t total_mib,
+                               unsigned constant) {
+  std::int64_t gb = 0;
+  if (total_mib > 0) {
+    const std::int64_t eighths = (8 * memory_mib + total_mib - 1) / total_mib;
+    const std::int64_t total_gib = (total_mib + 1023) / 1024;
+    gb = (eighths * total_gib + 4) / 8;  // round half up
+  } else {
+    gb = (memory_mib + 512) / 1024;
+  }
+  return Str(slices) + "g." + std::to_string(gb) + "gb" + ConstantSuffix(constant);
+}
+
+// The profile name without NVML's "MIG " prefix.
+std::string StripMigPrefix(std::string name) {
+  constexpr std::string_view kPrefix = "MIG ";
+  if (name.starts_with(kPrefix)) name.erase(0, kPrefix.size());
+  return name;
+}
+
+template <typename Info>
+GpuInstanceProfileInfo ProfileFrom(const Info& info, unsigned constant) {
+  GpuInstanceProfileInfo out;
+  out.nvml_const = I(constant);
+  out.id = I(info.id);
+  out.slices = I(info.sliceCount);
+  out.instance_count = I(info.instanceCount);
+  out.sms = I(info.multiprocessorCount);
+  out.memory_mib = static_cast<std::int64_t>(info.memorySizeMB);
+  out.copy_engines = I(info.copyEngineCount);
+  out.decoders = I(info.decoderCount);
+  out.encoders = I(info.encoderCount);
+  out.jpegs = I(info.jpegCount);
+  out.ofas = I(info.ofaCount);
+  return out;
+}
+
+// Reads the profile of one NVML constant with the newest struct version the driver takes, starting
+// at `*version` (3, 2 or 1) and lowering it for the next calls when the driver refuses a version
+// (ARGUMENT_VERSION_MISMATCH) or lacks the V function (absent, or FUNCTION_NOT_FOUND). Returns the
+// NVML code of the last call.
+int QueryProfile(const Api& api, nvmlDevice_t device, unsigned constant, int* version,
+                 GpuInstanceProfileInfo* out) {
+  for (;;) {
+    if (*version >= 2 && api.nvmlDeviceGetGpuInstanceProfileInfoV == nullptr) *version = 1;
+    int code = kNvmlSuccess;
+    if (*version == 3) {
+      nvml::nvmlGpuInstanceProfileInfo_v3_t info{};
+      info.version = nvml::kGpuInstanceProfileInfoV3;
+      code = api.nvmlDeviceGetGpuInstanceProfileInfoV(
+          device, constant, reinterpret_cast<nvml::nvmlGpuInstanceProfileInfo_v2_t*>(&info));
+      if (code == kNvmlSuccess) {
+        *out = ProfileFrom(info, constant);
+        out->name = StripMigPrefix(FromBuffer(info.name, sizeof info.name));
+      }
+    } else if (*version == 2) {
+      nvml::nvmlGpuInstanceProfileInfo_v2_t info{};
+      info.version = nvml::kGpuInstanceProfileInfoV2;
+      code = api.nvmlDeviceGetGpuInstanceProfileInfoV(device, constant, &info);
+      if (code == kNvmlSuccess) {
+        *out = ProfileFrom(info, constant);
+        out->name = StripMigPrefix(FromBuffer(info.name, sizeof info.name));
+      }
+    } else {
+      nvmlGpuInstanceProfileInfo_t info{};
+      code = api.nvmlDeviceGetGpuInstanceProfileInfo(device, constant, &info);
+      if (code == kNvmlSuccess) *out = ProfileFrom(info, constant);
+      return code;
+    }
+    if (code == kNvmlArgumentVersionMismatch) {
+      --*version;
+    } else if (code == kNvmlFunctionNotFound) {
+      *version = 1;
+    } else {
+      return code;
+    }
+  }
+}
+
 // Runs `argv` (PATH lookup), returns its exit status (127 if it could not be run) and output.
 int RunCommand(const std::vector<std::string>& argv, std::string* output) {
   int fds[2];
@@ -297,6 +403,10 @@ absl::StatusOr<std::unique_ptr<NvmlBackend>> NvmlBackend::Load(const hw::Catalog
                                                 " not found in " + library +
                                                 " (NVIDIA driver too old?)");
   }
+  if (void* profile_info_v = ::dlsym(handle, nvml::kGpuInstanceProfileInfoVSymbol);
+      profile_info_v != nullptr) {
+    std::memcpy(&api->nvmlDeviceGetGpuInstanceProfileInfoV, &profile_info_v, sizeof profile_info_v);
+  }
   if (void* reset = ::dlsym(handle, nvml::kTestResetGpuSymbol); reset != nullptr) {
     std::memcpy(&api->gpusliceTestResetGpu, &reset, sizeof reset);
   }
@@ -387,6 +497,54 @@ absl::StatusOr<std::vector<GpuInfo>> NvmlBackend::ListGpus() {
     gpus.push_back(std::move(info));
   }
   return gpus;
+}
+
+absl::StatusOr<std::vector<GpuInstanceProfileInfo>> NvmlBackend::ListGpuInstanceProfiles(int gpu) {
+  const Api& api = *api_;
+  absl::StatusOr<nvmlDevice_t> device = DeviceHandle(api, gpu);
+  if (!device.ok()) return device.status();
+  const std::string what = "listing GPU instance profiles of " + GpuText(gpu);
+  unsigned current = 0;
+  unsigned pending = 0;
+  int code = api.nvmlDeviceGetMigMode(*device, &current, &pending);
+  if (code != kNvmlSuccess) return NvmlError(code, "nvmlDeviceGetMigMode (" + what + ")");
+  if (current != nvml::kMigEnable) {
+    return NvmlError(kNvmlNotSupported,
+                     what + ": MIG mode is disabled (the driver lists profiles only with MIG on)");
+  }
+  std::vector<GpuInstanceProfileInfo> out;
+  int version = 3;
+  for (unsigned constant = 0; constant < nvml::kGpuInstanceProfileCount; ++constant) {
+    GpuInstanceProfileInfo info;
+    code = QueryProfile(api, *device, constant, &version, &info);
+    // NOT_SUPPORTED: the GPU has no such profile; INVALID_ARGUMENT: the driver does not know the
+    // constant (older than the constant).
+    if (code == kNvmlNotSupported || code == kNvmlInvalidArgument) continue;
+    if (code != kNvmlSuccess) {
+      return NvmlError(code, std::string(version >= 2 ? "nvmlDeviceGetGpuInstanceProfileInfoV"
+                                                      : "nvmlDeviceGetGpuInstanceProfileInfo") +
+                                 " (" + GpuText(gpu) + ", constant " + Str(constant) + ")");
+    }
+    out.push_back(std::move(info));
+  }
+  // Names from the v1 struct (or empty ones) are derived from slices and memory, relative to the
+  // GPU's memory: the driver's total, else the largest profile's (the full-GPU one).
+  std::int64_t total_mib = 0;
+  for (const GpuInstanceProfileInfo& info : out) total_mib = std::max(total_mib, info.memory_mib);
+  bool need_total = false;
+  for (const GpuInstanceProfileInfo& info : out) need_total = need_total || info.name.empty();
+  if (need_total) {
+    nvml::nvmlMemory_t memory{};
+    if (api.nvmlDeviceGetMemoryInfo(*device, &memory) == kNvmlSuccess && memory.total > 0) {
+      total_mib = ToMib(memory.total);
+    }
+  }
+  for (GpuInstanceProfileInfo& info : out) {
+    if (!info.name.empty()) continue;
+    info.name = DerivedProfileName(info.slices, info.memory_mib, total_mib, U(info.nvml_const));
+    info.name_derived = true;
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<GpuInstanceInfo>> NvmlBackend::ListGpuInstances(int gpu) {

@@ -7,6 +7,13 @@ namespace gpuslice::device {
 using sim::SimMachine;
 using sim::SimState;
 
+namespace {
+
+// NVML_GPU_INSTANCE_PROFILE_* constants run from 0x00 to 0x11.
+constexpr int kGpuInstanceProfileConstants = 0x12;
+
+}  // namespace
+
 SimBackend::SimBackend(SimState state, const hw::Catalog& catalog)
     : memory_state_(std::move(state)), catalog_(catalog) {}
 
@@ -98,6 +105,42 @@ absl::StatusOr<std::vector<GpuInfo>> SimBackend::ListGpus() {
   });
   if (!status.ok()) return status;
   return gpus;
+}
+
+absl::StatusOr<std::vector<GpuInstanceProfileInfo>> SimBackend::ListGpuInstanceProfiles(int gpu) {
+  std::vector<GpuInstanceProfileInfo> out;
+  absl::Status status = Run("ListGpuInstanceProfiles", false, [&](SimMachine& machine) {
+    const sim::SimGpu* g = machine.Gpu(gpu);
+    if (g == nullptr) return static_cast<int>(kNvmlInvalidArgument);
+    const hw::GpuModel* model = machine.ModelOf(gpu);
+    if (!g->mig_capable || g->mig_current != MigMode::kEnabled || model == nullptr || !model->mig) {
+      return static_cast<int>(kNvmlNotSupported);
+    }
+    // Like the driver: one answer per NVML constant, the first catalog profile with it.
+    for (int constant = 0; constant < kGpuInstanceProfileConstants; ++constant) {
+      for (const hw::GiProfile& profile : model->mig->profiles) {
+        if (profile.nvml_const != constant) continue;
+        GpuInstanceProfileInfo info;
+        info.nvml_const = constant;
+        info.id = profile.smi_id;
+        info.name = profile.name;
+        info.slices = profile.compute_slices;
+        info.instance_count = profile.max_instances;
+        info.sms = profile.sms;
+        info.memory_mib = profile.memory_mib;
+        info.copy_engines = profile.engines.copy;
+        info.decoders = profile.engines.decoder;
+        info.encoders = profile.engines.encoder;
+        info.jpegs = profile.engines.jpeg;
+        info.ofas = profile.engines.ofa;
+        out.push_back(std::move(info));
+        break;
+      }
+    }
+    return static_cast<int>(kNvmlSuccess);
+  });
+  if (!status.ok()) return status;
+  return out;
 }
 
 absl::StatusOr<std::vector<GpuInstanceInfo>> SimBackend::ListGpuInstances(int gpu) {

@@ -67,6 +67,26 @@ TEST(Doctor, HoldersPendingModesAndGpusWithoutMig) {
   for (const Check& check : checks) EXPECT_NE(check.level, CheckLevel::kFail) << check.what;
 }
 
+TEST(Doctor, DriverProfilesMatchTheCatalogOnTheSimulator) {
+  device::SimBackend backend = Machine("A100-40GB,H100-80GB,A30", "580.65.06");
+  ASSERT_TRUE(backend.SetMigMode(0, device::MigMode::kEnabled).ok());
+  ASSERT_TRUE(backend.SetMigMode(1, device::MigMode::kEnabled).ok());
+  DoctorOptions options;
+  options.simulated = true;
+  const std::vector<Check> checks = RunDoctor(backend, Catalog(), options);
+  EXPECT_TRUE(Has(checks, CheckLevel::kPass, "GPU 0",
+                  "the driver's 7 GPU instance profiles match the catalog"));
+  EXPECT_TRUE(Has(checks, CheckLevel::kPass, "GPU 1", "GPU instance profiles match the catalog"));
+  // MIG off: the driver lists no profiles, so nothing is compared.
+  EXPECT_TRUE(Has(checks, CheckLevel::kInfo, "GPU 2", "profiles not compared"));
+  for (const Check& check : checks) {
+    EXPECT_EQ(check.what.find("does not know"), std::string::npos) << check.what;
+    EXPECT_EQ(check.what.find("driver names"), std::string::npos) << check.what;
+    EXPECT_EQ(check.what.find("driver gives"), std::string::npos) << check.what;
+    EXPECT_NE(check.level, CheckLevel::kFail) << check.what;
+  }
+}
+
 TEST(Doctor, FindsKubernetesAgentsAndAMissingCudaLibrary) {
   char pattern[] = "/tmp/gpuslice-doctor-XXXXXX";
   ASSERT_NE(mkdtemp(pattern), nullptr);

@@ -188,6 +188,51 @@ TEST_P(ConformanceTest, PassthroughGpuCannotBeReset) {
   EXPECT_TRUE(HasNvmlCode(backend_->ResetGpu(0), kNvmlNotSupported));
 }
 
+TEST_P(ConformanceTest, ListsTheDriversGpuInstanceProfiles) {
+  // The driver answers only with MIG enabled.
+  EXPECT_TRUE(HasNvmlCode(backend_->ListGpuInstanceProfiles(0).status(), kNvmlNotSupported));
+  EnableMig(0);
+  absl::StatusOr<std::vector<GpuInstanceProfileInfo>> profiles =
+      backend_->ListGpuInstanceProfiles(0);
+  ASSERT_TRUE(profiles.ok()) << profiles.status();
+  // nvidia-smi lists IDs 19, 20, 15, 14, 9, 5, 0; the backend orders them by NVML constant
+  // (1_SLICE 0, 2_SLICE 1, 3_SLICE 2, 4_SLICE 3, 7_SLICE 4, 1_SLICE_REV1 7, 1_SLICE_REV2 9).
+  const std::vector<int> ids = {19, 14, 9, 5, 0, 20, 15};
+  const std::vector<std::string> names = {"1g.5gb",  "2g.10gb",   "3g.20gb", "4g.20gb",
+                                          "7g.40gb", "1g.5gb+me", "1g.10gb"};
+  ASSERT_EQ(profiles->size(), ids.size());
+  const hw::MigSpec& mig = *Catalog().Find("A100-40GB")->mig;
+  int last_const = -1;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const GpuInstanceProfileInfo& profile = (*profiles)[i];
+    SCOPED_TRACE(names[i]);
+    EXPECT_GT(profile.nvml_const, last_const);  // ordered by NVML constant
+    last_const = profile.nvml_const;
+    EXPECT_EQ(profile.id, ids[i]);
+    EXPECT_EQ(profile.name, names[i]);
+    EXPECT_FALSE(profile.name_derived);
+    const hw::GiProfile* known = mig.FindProfileBySmiId(ids[i]);
+    ASSERT_NE(known, nullptr);
+    EXPECT_EQ(profile.nvml_const, known->nvml_const);
+    EXPECT_EQ(profile.slices, known->compute_slices);
+    EXPECT_EQ(profile.instance_count, known->max_instances);
+    EXPECT_EQ(profile.sms, known->sms);
+    EXPECT_EQ(profile.memory_mib, known->memory_mib);
+    EXPECT_EQ(profile.copy_engines, known->engines.copy);
+    EXPECT_EQ(profile.decoders, known->engines.decoder);
+    EXPECT_EQ(profile.encoders, known->engines.encoder);
+    EXPECT_EQ(profile.jpegs, known->engines.jpeg);
+    EXPECT_EQ(profile.ofas, known->engines.ofa);
+  }
+  EXPECT_EQ((*profiles)[0].memory_mib, 4864);
+  EXPECT_EQ((*profiles)[2].slices, 3);
+  EXPECT_EQ((*profiles)[2].memory_mib, 19968);
+  EXPECT_EQ((*profiles)[4].memory_mib, 40192);
+  EXPECT_EQ((*profiles)[6].memory_mib, 9856);
+  // L4 has no MIG.
+  EXPECT_TRUE(HasNvmlCode(backend_->ListGpuInstanceProfiles(2).status(), kNvmlNotSupported));
+}
+
 TEST_P(ConformanceTest, CreatingWhileMigIsOffIsNotSupported) {
   absl::StatusOr<GpuInstanceInfo> gi =
       backend_->CreateGpuInstance(0, ProfileId(0, "1g.5gb"), std::nullopt);

@@ -37,6 +37,9 @@ using sim::SimState;
 
 const hw::Catalog& Catalog() { return hw::Catalog::Builtin(); }
 
+// Read by the test library at nvmlInit_v2: the newest GI profile info struct version it takes.
+constexpr char kMaxProfileInfoVersionEnv[] = "GPUSLICE_FAKE_NVML_MAX_PROFILE_INFO_VERSION";
+
 template <typename T>
 std::optional<int> CodeOf(const absl::StatusOr<T>& result) {
   return NvmlCodeOf(result.status());
@@ -53,6 +56,7 @@ class NvmlBackendTest : public ::testing::Test {
   void TearDown() override {
     nvml_.reset();
     ::unsetenv("GPUSLICE_SIM");
+    ::unsetenv(kMaxProfileInfoVersionEnv);
     std::error_code ignored;
     std::filesystem::remove_all(dir_, ignored);
   }
@@ -322,6 +326,106 @@ TEST_F(NvmlBackendTest, EnableMigThenListEmpty) {
   absl::StatusOr<std::vector<GpuInstanceInfo>> gis = nvml_->ListGpuInstances(0);
   ASSERT_TRUE(gis.ok()) << gis.status();
   EXPECT_TRUE(gis->empty());
+}
+
+// ------------------------------------------------------------------------- GI profiles
+
+// The driver's profiles of GPU `gpu` on NvmlBackend, with the library acting like a driver whose
+// newest GI profile info struct is `max_version` (3: v3; 2: v2 only; 1: no V function).
+class ProfileVersionsTest : public NvmlBackendTest {
+ protected:
+  std::vector<GpuInstanceProfileInfo> Profiles(const std::string& spec, int gpu,
+                                               const char* max_version) {
+    EXPECT_EQ(::setenv(kMaxProfileInfoVersionEnv, max_version, 1), 0);
+    Start(spec);
+    if (nvml_ == nullptr) return {};
+    EnableMigBoth(gpu);
+    absl::StatusOr<std::vector<GpuInstanceProfileInfo>> profiles =
+        nvml_->ListGpuInstanceProfiles(gpu);
+    EXPECT_TRUE(profiles.ok()) << profiles.status();
+    return profiles.ok() ? *profiles : std::vector<GpuInstanceProfileInfo>{};
+  }
+
+  // Everything but the name matches the simulator's (catalog) answer.
+  void ExpectSameAsSimulator(const std::vector<GpuInstanceProfileInfo>& got, int gpu) {
+    absl::StatusOr<std::vector<GpuInstanceProfileInfo>> want = sim_->ListGpuInstanceProfiles(gpu);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_EQ(got.size(), want->size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE((*want)[i].name);
+      EXPECT_EQ(got[i].nvml_const, (*want)[i].nvml_const);
+      EXPECT_EQ(got[i].id, (*want)[i].id);
+      EXPECT_EQ(got[i].slices, (*want)[i].slices);
+      EXPECT_EQ(got[i].instance_count, (*want)[i].instance_count);
+      EXPECT_EQ(got[i].sms, (*want)[i].sms);
+      EXPECT_EQ(got[i].memory_mib, (*want)[i].memory_mib);
+      EXPECT_EQ(got[i].copy_engines, (*want)[i].copy_engines);
+      EXPECT_EQ(got[i].decoders, (*want)[i].decoders);
+      EXPECT_EQ(got[i].encoders, (*want)[i].encoders);
+      EXPECT_EQ(got[i].jpegs, (*want)[i].jpegs);
+      EXPECT_EQ(got[i].ofas, (*want)[i].ofas);
+    }
+  }
+
+  static std::vector<std::string> Names(const std::vector<GpuInstanceProfileInfo>& profiles) {
+    std::vector<std::string> out;
+    for (const GpuInstanceProfileInfo& profile : profiles) out.push_back(profile.name);
+    return out;
+  }
+};
+
+// By NVML constant.
+const std::vector<std::string> kA100Names = {"1g.5gb",  "2g.10gb",   "3g.20gb", "4g.20gb",
+                                             "7g.40gb", "1g.5gb+me", "1g.10gb"};
+
+TEST_F(ProfileVersionsTest, V3GivesTheDriversNames) {
+  const std::vector<GpuInstanceProfileInfo> profiles = Profiles("1xA100-40GB", 0, "3");
+  EXPECT_EQ(Names(profiles), kA100Names);
+  for (const GpuInstanceProfileInfo& profile : profiles) EXPECT_FALSE(profile.name_derived);
+  ExpectSameAsSimulator(profiles, 0);
+}
+
+TEST_F(ProfileVersionsTest, V2OnlyDriverAnswersTheV2Struct) {
+  const std::vector<GpuInstanceProfileInfo> profiles = Profiles("1xA100-40GB", 0, "2");
+  EXPECT_EQ(Names(profiles), kA100Names);
+  for (const GpuInstanceProfileInfo& profile : profiles) EXPECT_FALSE(profile.name_derived);
+  ExpectSameAsSimulator(profiles, 0);
+}
+
+TEST_F(ProfileVersionsTest, V1OnlyDriverGetsDerivedNames) {
+  const std::vector<GpuInstanceProfileInfo> profiles = Profiles("1xA100-40GB", 0, "1");
+  // go-nvlib's rounding gives the catalog names: 3g.20gb is 19968 MiB, 7g.40gb 40192 MiB (plain
+  // rounding of GiB would say 7g.39gb); +me comes from the NVML constant (1_SLICE_REV1).
+  EXPECT_EQ(Names(profiles), kA100Names);
+  for (const GpuInstanceProfileInfo& profile : profiles) EXPECT_TRUE(profile.name_derived);
+  ASSERT_EQ(profiles.size(), 7U);
+  EXPECT_EQ(profiles[2].memory_mib, 19968);
+  ExpectSameAsSimulator(profiles, 0);
+}
+
+TEST_F(ProfileVersionsTest, V1OnlyDerivedNamesOnH100AndA30) {
+  std::vector<GpuInstanceProfileInfo> profiles = Profiles("1xH100-80GB,1xA30", 0, "1");
+  std::vector<std::string> base;  // the profiles without a media suffix
+  for (const GpuInstanceProfileInfo& profile : profiles) {
+    if (profile.name.find_first_of("+-") == std::string::npos) base.push_back(profile.name);
+  }
+  EXPECT_EQ(base, (std::vector<std::string>{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb",
+                                            "1g.20gb"}));
+  ExpectSameAsSimulator(profiles, 0);
+  EnableMigBoth(1);
+  absl::StatusOr<std::vector<GpuInstanceProfileInfo>> a30 = nvml_->ListGpuInstanceProfiles(1);
+  ASSERT_TRUE(a30.ok()) << a30.status();
+  absl::StatusOr<std::vector<GpuInstanceProfileInfo>> want = sim_->ListGpuInstanceProfiles(1);
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(Names(*a30), Names(*want));
+}
+
+TEST_F(ProfileVersionsTest, NotSupportedWithoutMigOrWithMigOff) {
+  Start("1xA100-40GB,1xL4");
+  EXPECT_TRUE(HasNvmlCode(nvml_->ListGpuInstanceProfiles(0).status(), kNvmlNotSupported));
+  EXPECT_TRUE(HasNvmlCode(nvml_->ListGpuInstanceProfiles(1).status(), kNvmlNotSupported));
+  EXPECT_TRUE(HasNvmlCode(sim_->ListGpuInstanceProfiles(1).status(), kNvmlNotSupported));
+  EXPECT_TRUE(HasNvmlCode(nvml_->ListGpuInstanceProfiles(7).status(), kNvmlInvalidArgument));
 }
 
 TEST_F(NvmlBackendTest, GpuInstancesMatchTheSimulator) {
@@ -667,6 +771,50 @@ TEST_F(FakeNvmlTest, ProfileInfoTakesConstantsAndReturnsSmiIds) {
   const char* text =
       reinterpret_cast<nvml::nvmlErrorString_fn>(::dlsym(handle_, "nvmlErrorString"))(kNvmlInUse);
   EXPECT_NE(std::string(text).find("in use"), std::string::npos) << text;
+}
+
+TEST_F(FakeNvmlTest, VersionedProfileInfoChecksTheVersionWord) {
+  Start("1xRTX-PRO-6000-Blackwell");
+  Open();
+  auto profile_info_v = reinterpret_cast<nvml::nvmlDeviceGetGpuInstanceProfileInfoV_fn>(
+      ::dlsym(handle_, nvml::kGpuInstanceProfileInfoVSymbol));
+  ASSERT_NE(profile_info_v, nullptr);
+  nvml::nvmlDevice_t device = nullptr;
+  ASSERT_EQ(api_.nvmlDeviceGetHandleByIndex_v2(0, &device), kNvmlSuccess);
+  nvml::nvmlGpuInstanceProfileInfo_v2_t v2{};
+  v2.version = nvml::kGpuInstanceProfileInfoV2;
+  EXPECT_EQ(profile_info_v(device, 0, &v2), kNvmlNotSupported);  // MIG disabled
+  EnableMigBoth(0);
+  ASSERT_EQ(profile_info_v(device, 0, &v2), kNvmlSuccess);
+  EXPECT_EQ(std::string(v2.name).rfind("MIG 1g.", 0), 0U) << v2.name;
+  EXPECT_EQ(v2.version, nvml::kGpuInstanceProfileInfoV2);
+  // Wrong size, unknown version, no version at all.
+  for (unsigned version : {nvml::StructVersion(144, 2), nvml::StructVersion(152, 4), 0U,
+                           nvml::StructVersion(152, 1)}) {
+    v2 = {};
+    v2.version = version;
+    EXPECT_EQ(profile_info_v(device, 0, &v2), kNvmlArgumentVersionMismatch) << version;
+  }
+  // v3: capabilities carry the graphics bit on +gfx profiles.
+  const hw::GpuModel* model = Catalog().Find("RTX-PRO-6000-Blackwell");
+  ASSERT_NE(model, nullptr);
+  ASSERT_TRUE(model->mig);
+  bool saw_gfx = false;
+  for (const hw::GiProfile& profile : model->mig->profiles) {
+    nvml::nvmlGpuInstanceProfileInfo_v3_t v3{};
+    v3.version = nvml::kGpuInstanceProfileInfoV3;
+    ASSERT_EQ(profile_info_v(device, static_cast<unsigned>(profile.nvml_const),
+                             reinterpret_cast<nvml::nvmlGpuInstanceProfileInfo_v2_t*>(&v3)),
+              kNvmlSuccess)
+        << profile.name;
+    if (v3.id != static_cast<unsigned>(profile.smi_id)) continue;  // another profile of the const
+    EXPECT_EQ(std::string(v3.name), "MIG " + profile.name);
+    EXPECT_EQ(v3.memorySizeMB, static_cast<unsigned long long>(profile.memory_mib));
+    const bool gfx = profile.variant == hw::MediaVariant::kGfx;
+    saw_gfx = saw_gfx || gfx;
+    EXPECT_EQ((v3.capabilities & nvml::kGpuInstanceProfileCapsGfx) != 0, gfx) << profile.name;
+  }
+  EXPECT_TRUE(saw_gfx);
 }
 
 TEST_F(FakeNvmlTest, StaleHandlesAreInvalid) {

@@ -42,6 +42,27 @@ struct GpuInfo {
   const hw::GpuModel* model = nullptr;  // catalog model matched by PCI id or name; null if unknown
 };
 
+// One GPU-instance profile as the driver reports it (`nvidia-smi mig -lgip`). Drivers differ in
+// names (GB200 1g.24gb became 1g.23gb; A100-80GB 7g.80gb vs 7g.79gb) and memory sizes, so these can
+// disagree with the catalog's GiProfile of the same id.
+struct GpuInstanceProfileInfo {
+  int nvml_const = 0;  // the NVML_GPU_INSTANCE_PROFILE_* constant it was looked up by
+  int id = 0;          // nvidia-smi profile ID
+  std::string name;    // without "MIG ", e.g. "1g.10gb+me"
+  // The driver gave no name (only the v1 struct): `name` was built as
+  // "<slices>g.<GB>gb" + the constant's media suffix, with go-nvlib's GB rounding.
+  bool name_derived = false;
+  int slices = 0;  // compute slices
+  int instance_count = 0;
+  int sms = 0;
+  std::int64_t memory_mib = 0;
+  int copy_engines = 0;
+  int decoders = 0;
+  int encoders = 0;
+  int jpegs = 0;
+  int ofas = 0;
+};
+
 struct GpuInstanceInfo {
   int gpu = 0;
   int id = 0;          // GI id (0..14)
@@ -89,6 +110,10 @@ class Backend {
   virtual absl::StatusOr<std::string> DriverVersion() = 0;
 
   virtual absl::StatusOr<std::vector<GpuInfo>> ListGpus() = 0;
+  // Every GPU-instance profile the driver reports for this GPU, ordered by NVML constant.
+  // NOT_SUPPORTED on GPUs without MIG, and while MIG mode is disabled: the driver answers
+  // nvmlDeviceGetGpuInstanceProfileInfo(V) only with MIG enabled (mig-facts §4.1).
+  virtual absl::StatusOr<std::vector<GpuInstanceProfileInfo>> ListGpuInstanceProfiles(int gpu) = 0;
   // All GPU instances of a GPU, ordered by GI id.
   virtual absl::StatusOr<std::vector<GpuInstanceInfo>> ListGpuInstances(int gpu) = 0;
   // All compute instances of a GI, ordered by CI id.

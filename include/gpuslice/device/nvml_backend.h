@@ -8,6 +8,10 @@
 // Behaviour matches SimBackend (the conformance suite runs both), with these NVML specifics:
 //   * GI profiles are discovered with nvmlDeviceGetGpuInstanceProfileInfo over every
 //     NVML_GPU_INSTANCE_PROFILE_* constant; profile ids in and out are nvidia-smi ids (info.id);
+//   * ListGpuInstanceProfiles uses nvmlDeviceGetGpuInstanceProfileInfoV with the v3 struct, then
+//     v2 when the driver answers ARGUMENT_VERSION_MISMATCH, then the v1 function when the library
+//     lacks the V function (it is optional at load; FUNCTION_NOT_FOUND counts as lacking it); v1
+//     has no names, so they are derived (GpuInstanceProfileInfo::name_derived);
 //   * a CI's MIG UUID comes from the MIG device handle with that (GI, CI) pair;
 //   * ResetGpu uses the test library's `gpusliceTestResetGpu` when the loaded library exports it,
 //     else runs `nvidia-smi --gpu-reset -i N` (NVML has no public reset); likewise
@@ -51,6 +55,7 @@ class NvmlBackend : public Backend {
   std::string Describe() const override;
   absl::StatusOr<std::string> DriverVersion() override;
   absl::StatusOr<std::vector<GpuInfo>> ListGpus() override;
+  absl::StatusOr<std::vector<GpuInstanceProfileInfo>> ListGpuInstanceProfiles(int gpu) override;
   absl::StatusOr<std::vector<GpuInstanceInfo>> ListGpuInstances(int gpu) override;
   absl::StatusOr<std::vector<ComputeInstanceInfo>> ListComputeInstances(int gpu, int gi) override;
   absl::StatusOr<GpuInstanceInfo> CreateGpuInstance(int gpu, int profile_id,

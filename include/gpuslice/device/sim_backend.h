@@ -26,6 +26,7 @@ class SimBackend : public Backend {
   std::string Describe() const override;
   absl::StatusOr<std::string> DriverVersion() override;
   absl::StatusOr<std::vector<GpuInfo>> ListGpus() override;
+  absl::StatusOr<std::vector<GpuInstanceProfileInfo>> ListGpuInstanceProfiles(int gpu) override;
   absl::StatusOr<std::vector<GpuInstanceInfo>> ListGpuInstances(int gpu) override;
   absl::StatusOr<std::vector<ComputeInstanceInfo>> ListComputeInstances(int gpu, int gi) override;
   absl::StatusOr<GpuInstanceInfo> CreateGpuInstance(int gpu, int profile_id,

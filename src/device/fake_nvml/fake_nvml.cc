@@ -2,7 +2,9 @@
 //
 // It exports (C linkage, default visibility) exactly the NVML functions NvmlBackend uses
 // (GPUSLICE_NVML_FUNCTIONS in src/device/nvml_api.h, checked at compile time), nvmlErrorString,
-// and two test hooks: `gpusliceTestResetGpu` (the reset NVML does not have) and
+// the optional nvmlDeviceGetGpuInstanceProfileInfoV (v2 and v3 structs;
+// GPUSLICE_FAKE_NVML_MAX_PROFILE_INFO_VERSION=1|2 makes it act like an older driver), and two test
+// hooks: `gpusliceTestResetGpu` (the reset NVML does not have) and
 // `gpusliceTestTerminateProcess` (ends a simulated process, which no real signal could). Everything
 // else in the library is hidden. The machine it drives is a simulator state file
 // (gpuslice/device/sim_store.h) named by $GPUSLICE_SIM when nvmlInit_v2 runs; every call locks that
@@ -53,6 +55,7 @@ using gpuslice::device::nvml::nvmlGpuInstance_t;
 using gpuslice::device::nvml::nvmlGpuInstanceInfo_t;
 using gpuslice::device::nvml::nvmlGpuInstancePlacement_t;
 using gpuslice::device::nvml::nvmlGpuInstanceProfileInfo_t;
+using gpuslice::device::nvml::nvmlGpuInstanceProfileInfo_v2_t;
 using gpuslice::device::nvml::nvmlMemory_t;
 using gpuslice::device::nvml::nvmlPciInfo_t;
 using gpuslice::device::nvml::nvmlProcessInfo_t;
@@ -68,6 +71,7 @@ using sim::SimMachine;
 using sim::SimState;
 
 constexpr char kStateEnv[] = "GPUSLICE_SIM";
+constexpr char kMaxProfileInfoVersionEnv[] = "GPUSLICE_FAKE_NVML_MAX_PROFILE_INFO_VERSION";
 constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
 constexpr std::uint32_t kMagic = 0x4E564D4C;  // "NVML"
 
@@ -95,6 +99,10 @@ struct Library {
   std::deque<Handle> handles;   // stable addresses
   std::set<const void*> known;  // every address in `handles`
   std::map<int, std::string> error_strings;
+  // Newest nvmlGpuInstanceProfileInfo version nvmlDeviceGetGpuInstanceProfileInfoV accepts (from
+  // $GPUSLICE_FAKE_NVML_MAX_PROFILE_INFO_VERSION at nvmlInit_v2): 3, or 2 (a driver without v3),
+  // or 1 (a driver without the V function: it answers FUNCTION_NOT_FOUND).
+  unsigned max_profile_info_version = 3;
 };
 
 // Lives until exit: the library is linked with -z nodelete, so dlclose does not unmap it and
@@ -294,6 +302,11 @@ GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlInit_v2(void) {
       }
       lib.store = *std::move(store);
       ++lib.generation;
+      lib.max_profile_info_version = 3;
+      if (const char* max = std::getenv(fake::kMaxProfileInfoVersionEnv);
+          max != nullptr && *max >= '1' && *max <= '3' && max[1] == '\0') {
+        lib.max_profile_info_version = static_cast<unsigned>(*max - '0');
+      }
     }
     ++lib.init_count;
   }
@@ -513,6 +526,72 @@ GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(
       info->jpegCount = fake::I2U(candidate.engines.jpeg);
       info->ofaCount = fake::I2U(candidate.engines.ofa);
       info->memorySizeMB = static_cast<unsigned long long>(candidate.memory_mib);
+      return static_cast<int>(dev::kNvmlSuccess);
+    }
+    return static_cast<int>(dev::kNvmlNotSupported);
+  });
+}
+
+// Versioned form: `info->version` must be the v2 or v3 version word (struct size | version << 24),
+// and not newer than $GPUSLICE_FAKE_NVML_MAX_PROFILE_INFO_VERSION allows; otherwise
+// ARGUMENT_VERSION_MISMATCH, like a driver that does not know the version.
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(
+    nvmlDevice_t device, unsigned profile, nvmlGpuInstanceProfileInfo_v2_t* info) {
+  return fake::Call("nvmlDeviceGetGpuInstanceProfileInfoV", false, [&](SimMachine& machine) {
+    const unsigned max_version = fake::Lib().max_profile_info_version;  // Call holds the lock
+    if (max_version < 2) return static_cast<int>(dev::kNvmlFunctionNotFound);
+    fake::Target target;
+    if (int code = fake::Resolve(machine, device, {fake::Kind::kGpu}, &target)) return code;
+    if (info == nullptr) return static_cast<int>(dev::kNvmlInvalidArgument);
+    unsigned version = 0;  // the caller's struct may be a v3: read only the version word
+    std::memcpy(&version, info, sizeof version);
+    if (version != nvml::kGpuInstanceProfileInfoV2 &&
+        !(version == nvml::kGpuInstanceProfileInfoV3 && max_version >= 3)) {
+      return static_cast<int>(dev::kNvmlArgumentVersionMismatch);
+    }
+    if (profile >= nvml::kGpuInstanceProfileCount) {
+      return static_cast<int>(dev::kNvmlInvalidArgument);
+    }
+    const hw::GpuModel* model = machine.ModelOf(target.handle->gpu);
+    if (!fake::MigEnabled(*target.gpu) || model == nullptr || !model->mig) {
+      return static_cast<int>(dev::kNvmlNotSupported);
+    }
+    for (const gpuslice::hw::GiProfile& candidate : model->mig->profiles) {
+      if (fake::I2U(candidate.nvml_const) != profile) continue;
+      const std::string name = "MIG " + candidate.name;
+      if (version == nvml::kGpuInstanceProfileInfoV3) {
+        auto* v3 = reinterpret_cast<nvml::nvmlGpuInstanceProfileInfo_v3_t*>(info);
+        *v3 = {};
+        v3->version = version;
+        v3->id = fake::I2U(candidate.smi_id);
+        v3->sliceCount = fake::I2U(candidate.compute_slices);
+        v3->instanceCount = fake::I2U(candidate.max_instances);
+        v3->multiprocessorCount = fake::I2U(candidate.sms);
+        v3->copyEngineCount = fake::I2U(candidate.engines.copy);
+        v3->decoderCount = fake::I2U(candidate.engines.decoder);
+        v3->encoderCount = fake::I2U(candidate.engines.encoder);
+        v3->jpegCount = fake::I2U(candidate.engines.jpeg);
+        v3->ofaCount = fake::I2U(candidate.engines.ofa);
+        v3->memorySizeMB = static_cast<unsigned long long>(candidate.memory_mib);
+        std::snprintf(v3->name, sizeof v3->name, "%s", name.c_str());
+        v3->capabilities =
+            candidate.variant == hw::MediaVariant::kGfx ? nvml::kGpuInstanceProfileCapsGfx : 0U;
+      } else {
+        *info = {};
+        info->version = version;
+        info->id = fake::I2U(candidate.smi_id);
+        info->isP2pSupported = 0;
+        info->sliceCount = fake::I2U(candidate.compute_slices);
+        info->instanceCount = fake::I2U(candidate.max_instances);
+        info->multiprocessorCount = fake::I2U(candidate.sms);
+        info->copyEngineCount = fake::I2U(candidate.engines.copy);
+        info->decoderCount = fake::I2U(candidate.engines.decoder);
+        info->encoderCount = fake::I2U(candidate.engines.encoder);
+        info->jpegCount = fake::I2U(candidate.engines.jpeg);
+        info->ofaCount = fake::I2U(candidate.engines.ofa);
+        info->memorySizeMB = static_cast<unsigned long long>(candidate.memory_mib);
+        std::snprintf(info->name, sizeof info->name, "%s", name.c_str());
+      }
       return static_cast<int>(dev::kNvmlSuccess);
     }
     return static_cast<int>(dev::kNvmlNotSupported);
@@ -968,6 +1047,8 @@ GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t gpusliceTestTerminateProcess(unsigned pid
 GPUSLICE_NVML_FUNCTIONS(GPUSLICE_FAKE_NVML_CHECK)
 #undef GPUSLICE_FAKE_NVML_CHECK
 static_assert(std::is_same_v<decltype(&::nvmlErrorString), nvml::nvmlErrorString_fn>);
+static_assert(std::is_same_v<decltype(&::nvmlDeviceGetGpuInstanceProfileInfoV),
+                             nvml::nvmlDeviceGetGpuInstanceProfileInfoV_fn>);
 static_assert(std::is_same_v<decltype(&::gpusliceTestResetGpu), nvml::gpusliceTestResetGpu_fn>);
 static_assert(std::is_same_v<decltype(&::gpusliceTestTerminateProcess),
                              nvml::gpusliceTestTerminateProcess_fn>);
