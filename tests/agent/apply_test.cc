@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <set>
 #include <string>
@@ -342,6 +343,8 @@ TEST_P(FaultInjectionTest, NextApplyConvergesAfterAFailureAtEveryCall) {
     return 0;
   });
   ASSERT_GT(total_calls, 20);
+  std::cout << "[ sweep    ] " << (abort_process ? "aborting" : "failing") << " at each of "
+            << total_calls << " device calls of the apply\n";
   int interrupted_runs = 0;
   const std::int64_t step = 1;  // every call index, for both failures and aborts
   for (std::int64_t call = 1; call <= total_calls; call += step) {
