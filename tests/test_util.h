@@ -15,6 +15,27 @@
 
 namespace gpuslice::testing {
 
+// A catalog file with one made-up MIG GPU, for rules the built-in models cannot exercise (caps
+// tighter than the grid, engine counts). `profiles` holds the profile rows (YAML, each starting
+// with "    - {"); `ci_table`, if given, is a whole compute_instance_profiles section.
+inline std::string TestMigGpuYaml(std::string_view id, std::string_view pci_id, int compute_slices,
+                                  int placement_units, std::int64_t memory_mib,
+                                  std::string_view profiles, std::string_view ci_table = "") {
+  std::string yaml = "version: 1\n";
+  yaml += ci_table;
+  yaml += "gpus:\n- id: " + std::string(id) + "\n  display_name: \"" + std::string(id) +
+          " test GPU\"\n  pci_device_ids: [\"" + std::string(pci_id) +
+          "\"]\n  architecture: Testarch\n  chip: T1\n  compute_capability: \"9.0\"\n" +
+          "  memory_mib: " + std::to_string(memory_mib) +
+          "\n  sms: 100\n  confidence: unconfirmed\n  mig:\n    compute_slices: " +
+          std::to_string(compute_slices) +
+          "\n    placement_units: " + std::to_string(placement_units) +
+          "\n    sms: 100\n    min_driver: \"R525\"\n    default_placement: {confidence: "
+          "unconfirmed}\n    profiles:\n";
+  yaml += profiles;
+  return yaml;
+}
+
 // The built-in model with this id (or alias); aborts the test binary if it does not exist, since
 // every caller names a model the catalog must have.
 inline const hw::GpuModel& Model(std::string_view id) {

@@ -171,31 +171,16 @@ TEST(CiShape, FreeCount) {
 // The CI caps of the built-in table never bind below what fits, so test the cap with a user table
 // in which a 2-slice GI holds one 1c only.
 TEST(CiShape, CapBindsBelowGeometricCapacity) {
-  const char* const yaml = R"(version: 1
-compute_instance_profiles:
+  const std::string yaml = gpuslice::testing::TestMigGpuYaml(
+      "CI-CAP-GPU", "0xABD2", 2, 2, 16384,
+      R"(    - {name: 2g.16gb, smi_id: 0, nvml_const: 2_SLICE, compute_slices: 2, placement_size: 2, memory_mib: 16256, sms: 100,
+       engines: {ce: 2, dec: 1, enc: 0, jpeg: 1, ofa: 1}, max_instances: 1, starts: [0], confidence: unconfirmed}
+)",
+      R"(compute_instance_profiles:
   "2":
     - {name: 1c, id: 0, slices: 1, max: 1, starts: [0, 1], confidence: unconfirmed}
     - {name: 2c, id: 1, slices: 2, max: 1, starts: [0], default: true, confidence: unconfirmed}
-gpus:
-- id: CI-CAP-GPU
-  display_name: "CI cap test GPU"
-  pci_device_ids: ["0xABD2"]
-  architecture: Testarch
-  chip: T1
-  compute_capability: "9.0"
-  memory_mib: 16384
-  sms: 100
-  confidence: unconfirmed
-  mig:
-    compute_slices: 2
-    placement_units: 2
-    sms: 100
-    min_driver: "R525"
-    default_placement: {confidence: unconfirmed}
-    profiles:
-    - {name: 2g.16gb, smi_id: 0, nvml_const: 2_SLICE, compute_slices: 2, placement_size: 2, memory_mib: 16256, sms: 100,
-       engines: {ce: 2, dec: 1, enc: 0, jpeg: 1, ofa: 1}, max_instances: 1, starts: [0], confidence: unconfirmed}
-)";
+)");
   absl::StatusOr<hw::Catalog> catalog = hw::Catalog::FromYaml(yaml, "ci.yaml");
   ASSERT_TRUE(catalog.ok()) << catalog.status();
   const hw::MigSpec& mig = *catalog->models()[0].mig;

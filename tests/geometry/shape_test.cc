@@ -284,32 +284,16 @@ TEST(AllViolations, ReportsEveryDistinctProblem) {
   }
 }
 
-// shape.h: "the instances' JPEG/OFA counts may not add up to more than the full-GPU profile has".
-// No built-in model can over-commit JPEG without also over-committing OFA, so use a user catalog.
+// shape.h: only the OFA is budgeted; JPEG counts are not. No built-in model has more JPEG users
+// than JPEG engines without also over-committing the OFA, so use a user catalog.
 TEST(Validate, JpegEnginesAreNotBudgetedOnlyTheOfaIs) {
-  const char* const yaml = R"(version: 1
-gpus:
-- id: JPEG-GPU
-  display_name: "JPEG test GPU"
-  pci_device_ids: ["0xABD0"]
-  architecture: Testarch
-  chip: T1
-  compute_capability: "9.0"
-  memory_mib: 16384
-  sms: 100
-  confidence: unconfirmed
-  mig:
-    compute_slices: 2
-    placement_units: 2
-    sms: 100
-    min_driver: "R525"
-    default_placement: {confidence: unconfirmed}
-    profiles:
-    - {name: 1g.8gb, smi_id: 19, nvml_const: 1_SLICE, compute_slices: 1, placement_size: 1, memory_mib: 8128, sms: 50,
+  const std::string yaml = gpuslice::testing::TestMigGpuYaml(
+      "JPEG-GPU", "0xABD0", 2, 2, 16384,
+      R"(    - {name: 1g.8gb, smi_id: 19, nvml_const: 1_SLICE, compute_slices: 1, placement_size: 1, memory_mib: 8128, sms: 50,
        engines: {ce: 1, dec: 1, enc: 0, jpeg: 1, ofa: 0}, max_instances: 2, starts: [0, 1], confidence: unconfirmed}
     - {name: 2g.16gb, smi_id: 0, nvml_const: 2_SLICE, compute_slices: 2, placement_size: 2, memory_mib: 16256, sms: 100,
        engines: {ce: 2, dec: 2, enc: 0, jpeg: 1, ofa: 1}, max_instances: 1, starts: [0], confidence: unconfirmed}
-)";
+)");
   absl::StatusOr<hw::Catalog> catalog = hw::Catalog::FromYaml(yaml, "jpeg.yaml");
   ASSERT_TRUE(catalog.ok()) << catalog.status();
   const Shape s(catalog->models()[0]);
@@ -323,31 +307,15 @@ gpus:
 // In the built-in data every instance cap equals what fits geometrically (or the OFA limit), so the
 // cap rule on its own needs a user catalog: 1g capped at 2 and 2g at 1 on a 4-unit grid.
 TEST(InstanceCap, BindsBelowGeometricCapacity) {
-  const char* const yaml = R"(version: 1
-gpus:
-- id: CAP-GPU
-  display_name: "Cap test GPU"
-  pci_device_ids: ["0xABD1"]
-  architecture: Testarch
-  chip: T1
-  compute_capability: "9.0"
-  memory_mib: 32768
-  sms: 100
-  confidence: unconfirmed
-  mig:
-    compute_slices: 4
-    placement_units: 4
-    sms: 100
-    min_driver: "R525"
-    default_placement: {confidence: unconfirmed}
-    profiles:
-    - {name: 1g.8gb, smi_id: 19, nvml_const: 1_SLICE, compute_slices: 1, placement_size: 1, memory_mib: 8128, sms: 25,
+  const std::string yaml = gpuslice::testing::TestMigGpuYaml(
+      "CAP-GPU", "0xABD1", 4, 4, 32768,
+      R"(    - {name: 1g.8gb, smi_id: 19, nvml_const: 1_SLICE, compute_slices: 1, placement_size: 1, memory_mib: 8128, sms: 25,
        engines: {ce: 1, dec: 0, enc: 0, jpeg: 0, ofa: 0}, max_instances: 2, starts: [0, 1, 2, 3], confidence: unconfirmed}
     - {name: 2g.16gb, smi_id: 14, nvml_const: 2_SLICE, compute_slices: 2, placement_size: 2, memory_mib: 16256, sms: 50,
        engines: {ce: 2, dec: 0, enc: 0, jpeg: 0, ofa: 0}, max_instances: 1, starts: [0, 2], confidence: unconfirmed}
     - {name: 4g.32gb, smi_id: 0, nvml_const: 4_SLICE, compute_slices: 4, placement_size: 4, memory_mib: 32640, sms: 100,
        engines: {ce: 4, dec: 1, enc: 0, jpeg: 1, ofa: 1}, max_instances: 1, starts: [0], confidence: unconfirmed}
-)";
+)");
   absl::StatusOr<hw::Catalog> catalog = hw::Catalog::FromYaml(yaml, "cap.yaml");
   ASSERT_TRUE(catalog.ok()) << catalog.status();
   const Shape s(catalog->models()[0]);
