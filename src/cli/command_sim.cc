@@ -148,11 +148,17 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   add_process->add_option("--name", options->name, "Process name (default python)");
   add_process->callback([&global, options, action] {
     *action = [&global, options] {
-      return Mutate(global, options->state, "sim process add", [&](SimState&, SimMachine& machine) {
-        device::sim::SimProcess p{options->pid, options->name.empty() ? "python" : options->name,
-                                  options->memory_mib, options->gi, options->ci};
-        return CodeText(machine.AddProcess(options->gpu, p));
-      });
+      return Mutate(
+          global, options->state, "sim process add", [&](SimState& state, SimMachine& machine) {
+            if (options->gpu < 0 || static_cast<size_t>(options->gpu) >= state.gpus.size()) {
+              return "no GPU " + std::to_string(options->gpu) + " (the machine has " +
+                     std::to_string(state.gpus.size()) + ")";
+            }
+            device::sim::SimProcess p{options->pid,
+                                      options->name.empty() ? "python" : options->name,
+                                      options->memory_mib, options->gi, options->ci};
+            return CodeText(machine.AddProcess(options->gpu, p));
+          });
     };
   });
   CLI::App* remove_process =
