@@ -1,0 +1,2 @@
+// stub
+#include "common.h"
