@@ -1,1 +1,788 @@
-// stub
+#include "gpuslice/plan/plan.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <set>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gpuslice/geometry/enumerate.h"
+#include "gpuslice/geometry/shape.h"
+#include "solver.h"
+
+namespace gpuslice::plan {
+namespace {
+
+using internal::LinearProgram;
+using internal::Solution;
+
+constexpr double kEps = 1e-6;
+
+// An instance kind on a model: (model, profile or kWholeGpu).
+using Slot = std::pair<const hw::GpuModel*, int>;
+
+// A distinct multiset of instances one GPU can hold, with one layout that realises it.
+struct Config {
+  std::map<int, int> counts;             // profile (or kWholeGpu) -> instances
+  std::vector<geometry::Placed> layout;  // empty for the whole GPU
+  bool whole = false;
+  int slices = 0;  // compute slices covered (for greedy scoring)
+};
+
+// GPUs of one model, MIG mode and cost: interchangeable for planning.
+struct GpuType {
+  const hw::GpuModel* model = nullptr;
+  bool mig_allowed = true;
+  double cost = 0;
+  std::vector<int> gpus;       // indices into PlanResult::gpus, nodes interleaved
+  std::vector<int> configs;    // indices into the model's configs usable on this type
+  std::vector<int> x_columns;  // LP column per usable config
+};
+
+// Workloads solved as one: a throughput workload alone, or replica workloads with identical
+// options merged (their demands add up; exact for the integer program).
+struct DemandClass {
+  std::vector<int> workloads;
+  bool by_throughput = false;
+  double demand = 0;
+  int min_instances = 1;
+  std::vector<SizedOption> options;
+  std::vector<int> y_columns;  // one per option
+  int slack_column = -1;
+};
+
+struct ModelConfigs {
+  std::vector<Config> configs;  // MIG configs first, then the whole-GPU config (if any)
+  int whole_config = -1;
+};
+
+// The largest g such that every cost is a whole multiple of g (costs read to 1/10000), or 0.
+double CostGranularity(const std::vector<double>& costs) {
+  constexpr double kScale = 10000;
+  long long divisor = 0;
+  for (double cost : costs) {
+    const double scaled = cost * kScale;
+    if (std::abs(scaled - std::round(scaled)) > 1e-6 || scaled > 1e15) return 0;
+    divisor = std::gcd(divisor, std::llabs(std::llround(scaled)));
+  }
+  return divisor > 0 ? static_cast<double>(divisor) / kScale : 0;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int SlicesOf(const hw::GpuModel& model, int profile) {
+  if (profile == kWholeGpu) return model.mig ? model.mig->compute_slices : 1;
+  return model.mig->profiles[static_cast<size_t>(profile)].compute_slices;
+}
+
+// The configs of `model` over the profiles the options use.
+ModelConfigs BuildConfigs(const hw::GpuModel& model, const std::set<int>& profiles) {
+  ModelConfigs result;
+  std::set<int> mig_profiles;
+  bool whole = false;
+  for (int profile : profiles) {
+    if (profile == kWholeGpu) {
+      whole = true;
+    } else {
+      mig_profiles.insert(profile);
+    }
+  }
+  if (model.mig_capable() && !mig_profiles.empty()) {
+    geometry::Shape shape(model);
+    geometry::EnumerateOptions options;
+    for (int profile : mig_profiles) options.profiles.set(static_cast<size_t>(profile));
+    options.maximal_only = true;
+    const auto layouts = geometry::EnumerateLayouts(shape, options);
+    for (const geometry::Multiset& multiset : geometry::DistinctMultisets(shape, layouts)) {
+      Config config;
+      config.layout = layouts[multiset.first_layout];
+      for (int p = 0; p < shape.profile_count(); ++p) {
+        const int count = multiset.counts[static_cast<size_t>(p)];
+        if (count > 0) {
+          config.counts[p] = count;
+          config.slices += count * shape.compute_slices(p);
+        }
+      }
+      result.configs.push_back(std::move(config));
+    }
+  }
+  if (whole) {
+    Config config;
+    config.whole = true;
+    config.counts[kWholeGpu] = 1;
+    config.slices = SlicesOf(model, kWholeGpu);
+    result.whole_config = static_cast<int>(result.configs.size());
+    result.configs.push_back(std::move(config));
+  }
+  return result;
+}
+
+std::string OptionKey(const std::vector<SizedOption>& options) {
+  std::string key;
+  for (const SizedOption& option : options) {
+    absl::StrAppend(&key, option.model->id, "/", option.profile, ";");
+  }
+  return key;
+}
+
+class Planner {
+ public:
+  Planner(const WorkloadSet& workloads, const Fleet& fleet, const hw::Catalog& catalog,
+          const PlanOptions& options)
+      : workloads_(workloads), fleet_(fleet), catalog_(catalog), options_(options) {}
+
+  absl::StatusOr<PlanResult> Run();
+
+ private:
+  absl::Status BuildFleet();
+  void BuildClasses();
+  void BuildProgram();
+  // Integer instance counts per class option from (possibly fractional) LP values.
+  std::vector<std::vector<int>> RoundInstances(const std::vector<double>& values) const;
+  void ReduceSurplus(std::vector<std::vector<int>>& counts) const;
+  // GPUs per (type, config) that hold `counts`, starting from floor(x) of `values`.
+  std::vector<std::vector<int>> PackGpus(const std::vector<std::vector<int>>& counts,
+                                         const std::vector<double>* values) const;
+  double CostOf(const std::vector<std::vector<int>>& gpus) const;
+  // The program's objective (GPU cost plus penalties for what is left unplaced).
+  double Objective(const std::vector<std::vector<int>>& counts,
+                   const std::vector<std::vector<int>>& gpus) const;
+  std::vector<double> StartVector(const std::vector<std::vector<int>>& counts,
+                                  const std::vector<std::vector<int>>& gpus) const;
+  void Materialise(const std::vector<std::vector<int>>& counts,
+                   const std::vector<std::vector<int>>& gpus);
+
+  const WorkloadSet& workloads_;
+  const Fleet& fleet_;
+  const hw::Catalog& catalog_;
+  const PlanOptions& options_;
+  PlanResult result_;
+  std::vector<GpuType> types_;
+  std::map<const hw::GpuModel*, ModelConfigs> configs_;
+  std::vector<DemandClass> classes_;
+  LinearProgram program_;
+  double penalty_ = 1;
+};
+
+absl::Status Planner::BuildFleet() {
+  std::map<std::tuple<std::string, bool, double>, int> type_of;
+  std::vector<std::vector<std::vector<int>>> per_type_node;  // type -> node -> gpus
+  std::set<std::string> node_names;
+  for (size_t n = 0; n < fleet_.nodes.size(); ++n) {
+    const Node& node = fleet_.nodes[n];
+    if (!node_names.insert(node.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("node '", node.name, "' appears twice"));
+    }
+    int index = 0;
+    for (const GpuGroup& group : node.gpus) {
+      const hw::GpuModel* model = catalog_.Find(group.model);
+      if (model == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(group.origin, ": unknown GPU model '", group.model, "'"));
+      }
+      const bool mig_allowed = group.mig_allowed && model->mig_capable();
+      auto key = std::make_tuple(model->id, mig_allowed, group.cost_per_hour);
+      auto [it, inserted] = type_of.emplace(key, static_cast<int>(types_.size()));
+      if (inserted) {
+        GpuType type;
+        type.model = model;
+        type.mig_allowed = mig_allowed;
+        type.cost = group.cost_per_hour;
+        types_.push_back(type);
+        per_type_node.emplace_back(fleet_.nodes.size());
+      }
+      for (int i = 0; i < group.count; ++i) {
+        PlannedGpu gpu;
+        gpu.node = static_cast<int>(n);
+        gpu.index = index++;
+        gpu.model = model;
+        gpu.cost_per_hour = group.cost_per_hour;
+        gpu.mig_allowed = mig_allowed;
+        per_type_node[static_cast<size_t>(it->second)][n].push_back(
+            static_cast<int>(result_.gpus.size()));
+        result_.gpus.push_back(gpu);
+      }
+    }
+  }
+  if (result_.gpus.empty()) return absl::InvalidArgumentError("the fleet has no GPUs");
+  // Interleave nodes so that consecutive GPUs of a type sit on different nodes.
+  for (size_t t = 0; t < types_.size(); ++t) {
+    const auto& nodes = per_type_node[t];
+    for (size_t round = 0;; ++round) {
+      bool any = false;
+      for (const auto& gpus : nodes) {
+        if (round < gpus.size()) {
+          types_[t].gpus.push_back(gpus[round]);
+          any = true;
+        }
+      }
+      if (!any) break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Planner::BuildClasses() {
+  std::vector<const hw::GpuModel*> models;
+  for (const GpuType& type : types_) {
+    if (std::find(models.begin(), models.end(), type.model) == models.end()) {
+      models.push_back(type.model);
+    }
+  }
+  std::map<std::string, int> merged;
+  for (size_t w = 0; w < workloads_.workloads.size(); ++w) {
+    WorkloadSizing sizing = SizeWorkload(workloads_.workloads[w], models, workloads_.policy);
+    // Keep only options some GPU type can host.
+    std::vector<SizedOption> usable;
+    for (const SizedOption& option : sizing.options) {
+      for (const GpuType& type : types_) {
+        if (type.model == option.model && (option.profile == kWholeGpu || type.mig_allowed)) {
+          usable.push_back(option);
+          break;
+        }
+      }
+    }
+    if (usable.empty() && sizing.unsatisfiable.empty()) {
+      sizing.unsatisfiable =
+          "its options need MIG, but every GPU that could host it must stay whole";
+    }
+    sizing.options = usable;
+    result_.sizing.push_back(sizing);
+    if (!sizing.unsatisfiable.empty()) {
+      result_.unplaced.emplace_back(static_cast<int>(w), sizing.unsatisfiable);
+      continue;
+    }
+    if (!sizing.by_throughput) {
+      const std::string key = OptionKey(sizing.options);
+      auto [it, inserted] = merged.emplace(key, static_cast<int>(classes_.size()));
+      if (!inserted) {
+        DemandClass& existing = classes_[static_cast<size_t>(it->second)];
+        existing.workloads.push_back(static_cast<int>(w));
+        existing.demand += sizing.demand;
+        continue;
+      }
+    }
+    DemandClass demand;
+    demand.workloads.push_back(static_cast<int>(w));
+    demand.by_throughput = sizing.by_throughput;
+    demand.demand = sizing.demand;
+    demand.min_instances = sizing.min_instances;
+    demand.options = sizing.options;
+    classes_.push_back(std::move(demand));
+  }
+}
+
+void Planner::BuildProgram() {
+  // Configs per model over the profiles any class may use there.
+  std::map<const hw::GpuModel*, std::set<int>> used_profiles;
+  for (const DemandClass& demand : classes_) {
+    for (const SizedOption& option : demand.options) {
+      used_profiles[option.model].insert(option.profile);
+    }
+  }
+  for (const auto& [model, profiles] : used_profiles) {
+    configs_[model] = BuildConfigs(*model, profiles);
+  }
+  penalty_ = 1;
+  for (const PlannedGpu& gpu : result_.gpus) penalty_ += gpu.cost_per_hour;
+
+  // x: GPUs of each type in each config.
+  for (GpuType& type : types_) {
+    auto it = configs_.find(type.model);
+    if (it == configs_.end()) continue;
+    const ModelConfigs& model_configs = it->second;
+    for (size_t c = 0; c < model_configs.configs.size(); ++c) {
+      if (!model_configs.configs[c].whole && !type.mig_allowed) continue;
+      type.configs.push_back(static_cast<int>(c));
+      type.x_columns.push_back(
+          program_.AddColumn(type.cost, 0, static_cast<double>(type.gpus.size()), true));
+    }
+    std::vector<std::pair<int, double>> availability;
+    for (int column : type.x_columns) availability.emplace_back(column, 1.0);
+    if (!availability.empty()) {
+      program_.AddRow(std::move(availability), 0, static_cast<double>(type.gpus.size()));
+    }
+  }
+  // y: instances per class option; demand rows with a penalised slack.
+  std::map<Slot, std::vector<std::pair<int, double>>> supply;
+  for (DemandClass& demand : classes_) {
+    std::vector<std::pair<int, double>> cover;
+    std::vector<std::pair<int, double>> count;
+    for (const SizedOption& option : demand.options) {
+      const double upper =
+          std::ceil(demand.demand / option.capacity) + static_cast<double>(demand.min_instances);
+      const int column = program_.AddColumn(0, 0, upper, true);
+      demand.y_columns.push_back(column);
+      cover.emplace_back(column, option.capacity);
+      count.emplace_back(column, 1.0);
+      supply[{option.model, option.profile}].emplace_back(column, 1.0);
+    }
+    if (demand.by_throughput) {
+      demand.slack_column = program_.AddColumn(penalty_, 0, 1, true);
+      cover.emplace_back(demand.slack_column, demand.demand);
+      program_.AddRow(std::move(cover), demand.demand, internal::kInfinity);
+      if (demand.min_instances > 1) {
+        count.emplace_back(demand.slack_column, demand.min_instances);
+        program_.AddRow(std::move(count), demand.min_instances, internal::kInfinity);
+      }
+    } else {
+      demand.slack_column = program_.AddColumn(penalty_, 0, demand.demand, true);
+      cover.emplace_back(demand.slack_column, 1.0);
+      program_.AddRow(std::move(cover), demand.demand, internal::kInfinity);
+    }
+  }
+  // Supply: instances of (model, profile) <= what the chosen configs hold.
+  for (auto& [slot, terms] : supply) {
+    for (const GpuType& type : types_) {
+      if (type.model != slot.first) continue;
+      const ModelConfigs& model_configs = configs_.at(type.model);
+      for (size_t i = 0; i < type.configs.size(); ++i) {
+        const Config& config = model_configs.configs[static_cast<size_t>(type.configs[i])];
+        auto it = config.counts.find(slot.second);
+        if (it != config.counts.end()) terms.emplace_back(type.x_columns[i], -it->second);
+      }
+    }
+    program_.AddRow(std::move(terms), -internal::kInfinity, 0);
+  }
+}
+
+std::vector<std::vector<int>> Planner::RoundInstances(const std::vector<double>& values) const {
+  std::vector<std::vector<int>> counts(classes_.size());
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    const DemandClass& demand = classes_[k];
+    const size_t n = demand.options.size();
+    counts[k].assign(n, 0);
+    double covered = 0;
+    int instances = 0;
+    std::vector<std::pair<double, size_t>> fractions;
+    for (size_t o = 0; o < n; ++o) {
+      const double value = values[static_cast<size_t>(demand.y_columns[o])];
+      const int whole = static_cast<int>(std::floor(value + kEps));
+      counts[k][o] = whole;
+      covered += whole * demand.options[o].capacity;
+      instances += whole;
+      fractions.emplace_back(value - whole, o);
+    }
+    // A class the LP left (partly) unplaced stays unplaced to the same degree.
+    const double slack = values[static_cast<size_t>(demand.slack_column)];
+    double target = demand.demand;
+    if (!demand.by_throughput) target -= std::floor(slack + kEps);
+    if (demand.by_throughput && slack > 0.5) continue;
+    // Cover the rest with the options the LP leaned towards, largest fraction first.
+    std::stable_sort(fractions.begin(), fractions.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (const auto& [fraction, o] : fractions) {
+      if (covered + kEps >= target) break;
+      if (fraction <= kEps) break;
+      ++counts[k][o];
+      covered += demand.options[o].capacity;
+      ++instances;
+    }
+    // Still short: the option that covers the rest with the fewest compute slices.
+    if (covered + kEps < target) {
+      size_t best = 0;
+      double best_slices = 1e300;
+      for (size_t o = 0; o < n; ++o) {
+        const double needed = std::ceil((target - covered) / demand.options[o].capacity - kEps);
+        const double slices = needed * demand.options[o].compute_slices;
+        if (slices < best_slices) {
+          best_slices = slices;
+          best = o;
+        }
+      }
+      const int needed =
+          static_cast<int>(std::ceil((target - covered) / demand.options[best].capacity - kEps));
+      counts[k][best] += needed;
+      instances += needed;
+    }
+    while (demand.by_throughput && instances < demand.min_instances) {
+      ++counts[k][0];  // the cheapest option
+      ++instances;
+    }
+  }
+  return counts;
+}
+
+void Planner::ReduceSurplus(std::vector<std::vector<int>>& counts) const {
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    const DemandClass& demand = classes_[k];
+    if (!demand.by_throughput) continue;  // replica counts are exact already
+    double covered = 0;
+    int instances = 0;
+    for (size_t o = 0; o < demand.options.size(); ++o) {
+      covered += counts[k][o] * demand.options[o].capacity;
+      instances += counts[k][o];
+    }
+    if (instances == 0) continue;
+    // Drop the biggest instance that is not needed, repeatedly.
+    for (bool dropped = true; dropped;) {
+      dropped = false;
+      int best = -1;
+      for (size_t o = 0; o < demand.options.size(); ++o) {
+        if (counts[k][o] == 0) continue;
+        if (covered - demand.options[o].capacity + kEps < demand.demand) continue;
+        if (instances - 1 < demand.min_instances) continue;
+        if (best < 0 || demand.options[o].compute_slices >
+                            demand.options[static_cast<size_t>(best)].compute_slices) {
+          best = static_cast<int>(o);
+        }
+      }
+      if (best >= 0) {
+        --counts[k][static_cast<size_t>(best)];
+        covered -= demand.options[static_cast<size_t>(best)].capacity;
+        --instances;
+        dropped = true;
+      }
+    }
+  }
+  // Replica classes: exactly the demand (minus what the solver left unplaced).
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    const DemandClass& demand = classes_[k];
+    if (demand.by_throughput) continue;
+    int total = std::accumulate(counts[k].begin(), counts[k].end(), 0);
+    const int wanted = static_cast<int>(std::llround(demand.demand));
+    for (size_t o = demand.options.size(); o-- > 0 && total > wanted;) {
+      const int drop = std::min(counts[k][o], total - wanted);
+      counts[k][o] -= drop;
+      total -= drop;
+    }
+  }
+}
+
+std::vector<std::vector<int>> Planner::PackGpus(const std::vector<std::vector<int>>& counts,
+                                                const std::vector<double>* values) const {
+  std::vector<std::vector<int>> gpus(types_.size());
+  std::map<Slot, int> need;
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    for (size_t o = 0; o < classes_[k].options.size(); ++o) {
+      const SizedOption& option = classes_[k].options[o];
+      need[{option.model, option.profile}] += counts[k][o];
+    }
+  }
+  std::vector<int> left(types_.size());
+  for (size_t t = 0; t < types_.size(); ++t) {
+    gpus[t].assign(types_[t].configs.size(), 0);
+    left[t] = static_cast<int>(types_[t].gpus.size());
+  }
+  auto take = [&](size_t t, size_t i, int copies) {
+    const Config& config =
+        configs_.at(types_[t].model).configs[static_cast<size_t>(types_[t].configs[i])];
+    gpus[t][i] += copies;
+    left[t] -= copies;
+    for (const auto& [profile, count] : config.counts) {
+      need[{types_[t].model, profile}] -= count * copies;
+    }
+  };
+  // What the LP chose, rounded down, as long as it is still needed.
+  if (values != nullptr) {
+    for (size_t t = 0; t < types_.size(); ++t) {
+      for (size_t i = 0; i < types_[t].configs.size(); ++i) {
+        const int copies = static_cast<int>(
+            std::floor((*values)[static_cast<size_t>(types_[t].x_columns[i])] + kEps));
+        if (copies > 0) take(t, i, std::min(copies, left[t]));
+      }
+    }
+  }
+  // The rest greedily: the config that covers the most outstanding compute slices per cost.
+  for (;;) {
+    double best_score = 0;
+    int best_t = -1;
+    int best_i = -1;
+    int best_waste = 0;
+    for (size_t t = 0; t < types_.size(); ++t) {
+      if (left[t] <= 0) continue;
+      for (size_t i = 0; i < types_[t].configs.size(); ++i) {
+        const Config& config =
+            configs_.at(types_[t].model).configs[static_cast<size_t>(types_[t].configs[i])];
+        int covered = 0;
+        int waste = 0;
+        for (const auto& [profile, count] : config.counts) {
+          const int outstanding = std::max(0, need[{types_[t].model, profile}]);
+          const int used = std::min(count, outstanding);
+          covered += used * SlicesOf(*types_[t].model, profile);
+          waste += (count - used) * SlicesOf(*types_[t].model, profile);
+        }
+        if (covered == 0) continue;
+        const double score = covered / std::max(types_[t].cost, 1e-9);
+        if (score > best_score + kEps ||
+            (std::abs(score - best_score) <= kEps && waste < best_waste)) {
+          best_score = score;
+          best_t = static_cast<int>(t);
+          best_i = static_cast<int>(i);
+          best_waste = waste;
+        }
+      }
+    }
+    if (best_t < 0) break;
+    take(static_cast<size_t>(best_t), static_cast<size_t>(best_i), 1);
+  }
+  return gpus;
+}
+
+double Planner::CostOf(const std::vector<std::vector<int>>& gpus) const {
+  double cost = 0;
+  for (size_t t = 0; t < types_.size(); ++t) {
+    for (int copies : gpus[t]) cost += copies * types_[t].cost;
+  }
+  return cost;
+}
+
+double Planner::Objective(const std::vector<std::vector<int>>& counts,
+                          const std::vector<std::vector<int>>& gpus) const {
+  const std::vector<double> values = StartVector(counts, gpus);
+  double objective = 0;
+  for (size_t c = 0; c < values.size(); ++c) objective += values[c] * program_.cost_[c];
+  return objective;
+}
+
+std::vector<double> Planner::StartVector(const std::vector<std::vector<int>>& counts,
+                                         const std::vector<std::vector<int>>& gpus) const {
+  std::vector<double> start(static_cast<size_t>(program_.columns()), 0.0);
+  for (size_t t = 0; t < types_.size(); ++t) {
+    for (size_t i = 0; i < types_[t].configs.size(); ++i) {
+      start[static_cast<size_t>(types_[t].x_columns[i])] = gpus[t][i];
+    }
+  }
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    const DemandClass& demand = classes_[k];
+    double covered = 0;
+    for (size_t o = 0; o < demand.options.size(); ++o) {
+      start[static_cast<size_t>(demand.y_columns[o])] = counts[k][o];
+      covered += counts[k][o] * demand.options[o].capacity;
+    }
+    double slack = 0;
+    if (covered + kEps < demand.demand) {
+      slack = demand.by_throughput ? 1 : std::ceil(demand.demand - covered - kEps);
+    }
+    start[static_cast<size_t>(demand.slack_column)] = slack;
+  }
+  return start;
+}
+
+// Places the configs on physical GPUs and assigns instances to workloads.
+void Planner::Materialise(const std::vector<std::vector<int>>& counts,
+                          const std::vector<std::vector<int>>& gpus) {
+  // Slots of each (model, profile): (rank within its GPU, position of the GPU, gpu, instance).
+  std::map<Slot, std::vector<std::tuple<int, int, int, int>>> slots;
+  for (size_t t = 0; t < types_.size(); ++t) {
+    const GpuType& type = types_[t];
+    size_t next = 0;
+    for (size_t i = 0; i < type.configs.size(); ++i) {
+      const Config& config = configs_.at(type.model).configs[static_cast<size_t>(type.configs[i])];
+      for (int copy = 0; copy < gpus[t][i] && next < type.gpus.size(); ++copy) {
+        const int g = type.gpus[next];
+        PlannedGpu& gpu = result_.gpus[static_cast<size_t>(g)];
+        std::map<int, int> rank;
+        if (config.whole) {
+          gpu.instances.push_back(PlannedInstance{kWholeGpu, 0, -1, 0, 0});
+        } else {
+          gpu.mig_enabled = true;
+          for (const geometry::Placed& placed : config.layout) {
+            gpu.instances.push_back(PlannedInstance{placed.profile, placed.start, -1, 0, 0});
+          }
+        }
+        for (size_t s = 0; s < gpu.instances.size(); ++s) {
+          const int profile = gpu.instances[s].profile;
+          slots[{type.model, profile}].emplace_back(rank[profile]++, static_cast<int>(next), g,
+                                                    static_cast<int>(s));
+        }
+        ++next;
+      }
+    }
+  }
+  for (auto& [slot, list] : slots) std::sort(list.begin(), list.end());
+  std::map<Slot, size_t> taken;
+
+  std::vector<double> covered(workloads_.workloads.size(), 0);
+  std::vector<int> instances(workloads_.workloads.size(), 0);
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    const DemandClass& demand = classes_[k];
+    // The class's instances in slot order, then handed to its workloads in turn.
+    std::vector<std::pair<std::pair<int, int>, size_t>> got;  // (gpu, instance), option
+    for (size_t o = 0; o < demand.options.size(); ++o) {
+      const SizedOption& option = demand.options[o];
+      const Slot slot{option.model, option.profile};
+      auto& list = slots[slot];
+      size_t& cursor = taken[slot];
+      for (int i = 0; i < counts[k][o] && cursor < list.size(); ++i, ++cursor) {
+        got.push_back({{std::get<2>(list[cursor]), std::get<3>(list[cursor])}, o});
+      }
+    }
+    if (demand.by_throughput) {
+      const int w = demand.workloads.front();
+      for (const auto& [where, o] : got) {
+        PlannedInstance& instance = result_.gpus[static_cast<size_t>(where.first)]
+                                        .instances[static_cast<size_t>(where.second)];
+        instance.workload = w;
+        instance.capacity = demand.options[o].capacity;
+        instance.batch = demand.options[o].batch;
+        covered[static_cast<size_t>(w)] += instance.capacity;
+        ++instances[static_cast<size_t>(w)];
+      }
+      continue;
+    }
+    // Replica class: interleave so each workload's replicas stay spread.
+    size_t cursor = 0;
+    for (int w : demand.workloads) {
+      const int wanted =
+          static_cast<int>(std::llround(result_.sizing[static_cast<size_t>(w)].demand));
+      if (got.size() - cursor < static_cast<size_t>(wanted)) break;  // left unplaced below
+      for (int i = 0; i < wanted; ++i, ++cursor) {
+        const auto& [where, o] = got[cursor];
+        PlannedInstance& instance = result_.gpus[static_cast<size_t>(where.first)]
+                                        .instances[static_cast<size_t>(where.second)];
+        instance.workload = w;
+        instance.capacity = 1;
+        covered[static_cast<size_t>(w)] += 1;
+        ++instances[static_cast<size_t>(w)];
+      }
+    }
+  }
+  // Workloads left short: unplaced, and their instances freed.
+  std::set<int> short_workloads;
+  for (const DemandClass& demand : classes_) {
+    for (int w : demand.workloads) {
+      const WorkloadSizing& sizing = result_.sizing[static_cast<size_t>(w)];
+      if (covered[static_cast<size_t>(w)] + kEps < sizing.demand ||
+          instances[static_cast<size_t>(w)] < sizing.min_instances) {
+        short_workloads.insert(w);
+        result_.unplaced.emplace_back(
+            w, "the fleet has too little room for it (every GPU it can use is taken)");
+      }
+    }
+  }
+  // Drop spares and short workloads' instances; finish each GPU.
+  for (PlannedGpu& gpu : result_.gpus) {
+    std::erase_if(gpu.instances, [&](const PlannedInstance& instance) {
+      return instance.workload < 0 || short_workloads.count(instance.workload) > 0;
+    });
+    std::sort(gpu.instances.begin(), gpu.instances.end(),
+              [](const PlannedInstance& a, const PlannedInstance& b) { return a.start < b.start; });
+    gpu.used = !gpu.instances.empty();
+    if (!gpu.used) gpu.mig_enabled = false;
+    if (gpu.used) {
+      ++result_.gpus_used;
+      result_.cost_per_hour += gpu.cost_per_hour;
+    }
+  }
+  std::sort(result_.unplaced.begin(), result_.unplaced.end());
+}
+
+absl::StatusOr<PlanResult> Planner::Run() {
+  const auto started = std::chrono::steady_clock::now();
+  std::set<std::string> names;
+  for (const Workload& workload : workloads_.workloads) {
+    if (!names.insert(workload.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(workload.origin, ": workload '", workload.name, "' appears twice"));
+    }
+  }
+  if (absl::Status status = BuildFleet(); !status.ok()) return status;
+  BuildClasses();
+  BuildProgram();
+
+  // Fast: LP relaxation, rounding, greedy completion. Its value bounds every plan from below.
+  const Solution lp = internal::SolveLp(program_, std::max(options_.time_limit_s, 1.0));
+  if (!lp.has_solution) {
+    return absl::InternalError("the LP relaxation could not be solved (CLP)");
+  }
+  std::vector<std::vector<int>> counts = RoundInstances(lp.values);
+  ReduceSurplus(counts);
+  std::vector<std::vector<int>> gpus = PackGpus(counts, &lp.values);
+  double bound = lp.objective;
+  result_.solver = "lp-rounding";
+
+  // Every GPU of the fleet costs the same: bounds are GPU counts.
+  double unit_cost = types_.empty() ? 0 : types_.front().cost;
+  bool homogeneous_cost = unit_cost > 0;
+  for (const GpuType& type : types_) homogeneous_cost &= std::abs(type.cost - unit_cost) < kEps;
+
+  // Objective values are multiples of this: bounds round up to it, and a better plan is at least
+  // this much cheaper.
+  std::vector<double> costs = {penalty_};
+  for (const GpuType& type : types_) costs.push_back(type.cost);
+  const double granularity = CostGranularity(costs);
+
+  bool exact = options_.mode == SolveMode::kExact;
+  if (options_.mode == SolveMode::kAuto) exact = result_.gpus.size() <= 2000;
+  if (exact && program_.columns() > 0) {
+    // Only plans cheaper than the fast one are sought; "none exists" proves it optimal.
+    const double fast_objective = Objective(counts, gpus);
+    const double remaining = options_.time_limit_s - SecondsSince(started);
+    const double step =
+        granularity > 0 ? granularity * (1 - 1e-3) : 1e-6 * std::max(1.0, fast_objective);
+    const Solution mip =
+        internal::SolveMip(program_, std::max(remaining, 0.05), fast_objective - step);
+    if (mip.has_solution) {
+      std::vector<std::vector<int>> mip_counts(classes_.size());
+      for (size_t k = 0; k < classes_.size(); ++k) {
+        for (int column : classes_[k].y_columns) {
+          mip_counts[k].push_back(
+              static_cast<int>(std::llround(mip.values[static_cast<size_t>(column)])));
+        }
+      }
+      // The MIP's slack says which classes it left unplaced; keep its integer choice.
+      std::vector<double> rounded(mip.values.size());
+      for (size_t c = 0; c < rounded.size(); ++c) rounded[c] = std::round(mip.values[c]);
+      ReduceSurplus(mip_counts);
+      std::vector<std::vector<int>> mip_gpus = PackGpus(mip_counts, &rounded);
+      if (CostOf(mip_gpus) <= CostOf(gpus) + kEps) {
+        counts = std::move(mip_counts);
+        gpus = std::move(mip_gpus);
+      }
+    }
+    bound = std::max(bound, std::min(mip.bound, fast_objective));
+    result_.solver = "cbc";
+    if (mip.status == Solution::Status::kStopped) {
+      result_.notes.push_back(
+          absl::StrFormat("CBC stopped at the time limit (%.1f s) before proving optimality",
+                          options_.time_limit_s));
+    }
+  }
+  Materialise(counts, gpus);
+
+  // Penalties (workloads the fleet cannot hold) are not GPU cost: the bound then covers the
+  // LP's GPU cost only, which is not a proof.
+  if (bound >= penalty_ - kEps) {
+    double lp_cost = 0;
+    for (const GpuType& type : types_) {
+      for (int column : type.x_columns) {
+        lp_cost += type.cost * lp.values[static_cast<size_t>(column)];
+      }
+    }
+    result_.notes.push_back(
+        "the fleet cannot hold every workload; the lower bound shown is the LP's GPU cost for "
+        "the workloads it places, not a proof");
+    bound = lp_cost;
+  }
+  result_.lower_bound_cost = std::max(0.0, bound);
+  if (granularity > 0) {
+    result_.lower_bound_cost =
+        std::ceil(result_.lower_bound_cost / granularity - 1e-6) * granularity;
+  }
+  if (homogeneous_cost) {
+    result_.lower_bound_gpus =
+        static_cast<int>(std::ceil(result_.lower_bound_cost / unit_cost - kEps));
+    result_.lower_bound_cost = result_.lower_bound_gpus * unit_cost;
+  }
+  result_.proven_optimal =
+      result_.unplaced.empty() && result_.cost_per_hour <= result_.lower_bound_cost + kEps;
+  result_.solve_seconds = SecondsSince(started);
+  return std::move(result_);
+}
+
+}  // namespace
+
+absl::StatusOr<PlanResult> Plan(const WorkloadSet& workloads, const Fleet& fleet,
+                                const hw::Catalog& catalog, const PlanOptions& options) {
+  Planner planner(workloads, fleet, catalog, options);
+  return planner.Run();
+}
+
+}  // namespace gpuslice::plan

@@ -1,1 +1,133 @@
-// stub
+#include "solver.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "coin/Cbc_C_Interface.h"
+#include "coin/Clp_C_Interface.h"
+
+namespace gpuslice::plan::internal {
+
+int LinearProgram::AddColumn(double cost, double lower, double upper, bool integer) {
+  cost_.push_back(cost);
+  col_lower_.push_back(lower);
+  col_upper_.push_back(upper);
+  integer_.push_back(integer);
+  return static_cast<int>(cost_.size()) - 1;
+}
+
+void LinearProgram::AddRow(std::vector<std::pair<int, double>> terms, double lower, double upper) {
+  row_terms_.push_back(std::move(terms));
+  row_lower_.push_back(lower);
+  row_upper_.push_back(upper);
+}
+
+// Column-major (CSC) form of the matrix, as both C interfaces take it.
+struct Solver {
+  struct Csc {
+    std::vector<CoinBigIndex> start;
+    std::vector<int> index;
+    std::vector<double> value;
+  };
+  static Csc ToCsc(const LinearProgram& program) {
+    const size_t columns = program.cost_.size();
+    std::vector<std::vector<std::pair<int, double>>> by_column(columns);
+    for (size_t row = 0; row < program.row_terms_.size(); ++row) {
+      for (const auto& [column, coefficient] : program.row_terms_[row]) {
+        if (coefficient != 0) {
+          by_column[static_cast<size_t>(column)].emplace_back(static_cast<int>(row), coefficient);
+        }
+      }
+    }
+    Csc csc;
+    csc.start.push_back(0);
+    for (const auto& entries : by_column) {
+      for (const auto& [row, coefficient] : entries) {
+        csc.index.push_back(row);
+        csc.value.push_back(coefficient);
+      }
+      csc.start.push_back(static_cast<CoinBigIndex>(csc.index.size()));
+    }
+    return csc;
+  }
+};
+
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+Solution SolveLp(const LinearProgram& program, double time_limit_s) {
+  const auto started = std::chrono::steady_clock::now();
+  Solution solution;
+  const Solver::Csc csc = Solver::ToCsc(program);
+  Clp_Simplex* model = Clp_newModel();
+  Clp_setLogLevel(model, 0);
+  Clp_loadProblem(model, program.columns(), program.rows(), csc.start.data(), csc.index.data(),
+                  csc.value.data(), program.col_lower_.data(), program.col_upper_.data(),
+                  program.cost_.data(), program.row_lower_.data(), program.row_upper_.data());
+  Clp_setMaximumSeconds(model, time_limit_s);
+  Clp_initialSolve(model);
+  const int status = Clp_status(model);
+  if (status == 0) {
+    solution.status = Solution::Status::kOptimal;
+    solution.has_solution = true;
+    const double* values = Clp_getColSolution(model);
+    solution.values.assign(values, values + program.columns());
+    solution.objective = Clp_objectiveValue(model);
+    solution.bound = solution.objective;
+  } else if (status == 1) {
+    solution.status = Solution::Status::kInfeasible;
+  } else if (status == 3) {
+    solution.status = Solution::Status::kStopped;
+  }
+  Clp_deleteModel(model);
+  solution.seconds = SecondsSince(started);
+  return solution;
+}
+
+Solution SolveMip(const LinearProgram& program, double time_limit_s, double cutoff) {
+  const auto started = std::chrono::steady_clock::now();
+  Solution solution;
+  const Solver::Csc csc = Solver::ToCsc(program);
+  Cbc_Model* model = Cbc_newModel();
+  Cbc_loadProblem(model, program.columns(), program.rows(), csc.start.data(), csc.index.data(),
+                  csc.value.data(), program.col_lower_.data(), program.col_upper_.data(),
+                  program.cost_.data(), program.row_lower_.data(), program.row_upper_.data());
+  for (int column = 0; column < program.columns(); ++column) {
+    if (program.integer_[static_cast<size_t>(column)]) Cbc_setInteger(model, column);
+  }
+  Cbc_setLogLevel(model, 0);
+  Cbc_setMaximumSeconds(model, std::max(time_limit_s, 0.01));
+  Cbc_setParameter(model, "threads", "0");
+  Cbc_setAllowableGap(model, 1e-7);
+  if (cutoff < kInfinity) Cbc_setCutoff(model, cutoff);
+  Cbc_solve(model);
+  const double* best = Cbc_bestSolution(model);
+  if (best != nullptr) {
+    solution.has_solution = true;
+    solution.values.assign(best, best + program.columns());
+    solution.objective = Cbc_getObjValue(model);
+  }
+  solution.bound = Cbc_getBestPossibleObjValue(model);
+  if (Cbc_isProvenOptimal(model)) {
+    solution.status = Solution::Status::kOptimal;
+    solution.bound = std::max(solution.bound, solution.objective - 1e-9);
+  } else if (Cbc_isProvenInfeasible(model)) {
+    // Nothing below the cutoff: the cutoff itself is the bound.
+    solution.status = Solution::Status::kInfeasible;
+    solution.bound = cutoff;
+  } else if (Cbc_isSecondsLimitReached(model) || Cbc_isNodeLimitReached(model) ||
+             Cbc_isSolutionLimitReached(model)) {
+    solution.status = Solution::Status::kStopped;
+  }
+  Cbc_deleteModel(model);
+  solution.seconds = SecondsSince(started);
+  return solution;
+}
+
+}  // namespace gpuslice::plan::internal

@@ -71,7 +71,7 @@ struct Workload {
 
 // GPUs of one model in one node.
 struct GpuGroup {
-  std::string model;         // catalog id (resolved)
+  std::string model;  // catalog id (resolved)
   int count = 0;
   double cost_per_hour = 0;  // per GPU
   bool mig_allowed = true;   // false: the GPUs must stay whole (MIG disabled)
@@ -79,7 +79,7 @@ struct GpuGroup {
 };
 
 struct Node {
-  std::string name;  // unique
+  std::string name;            // unique
   std::vector<GpuGroup> gpus;  // GPU indices within the node follow this order
   std::string origin;
 };
@@ -93,8 +93,8 @@ struct Fleet {
 
 // How workloads are sized. Every field can be set under `policy:` in the workloads file.
 struct SizingPolicy {
-  double memory_headroom = 0.15;      // peak memory x (1 + headroom) must fit the instance
-  double fine_tune_headroom = 0.30;   // fine-tuning has memory peaks (optimizer, checkpoints)
+  double memory_headroom = 0.15;         // peak memory x (1 + headroom) must fit the instance
+  double fine_tune_headroom = 0.30;      // fine-tuning has memory peaks (optimizer, checkpoints)
   int fine_tune_min_compute_slices = 2;  // unless the peak was measured
   int notebook_max_compute_slices = 2;   // notebooks go to small classes
   // A request may wait for its batch to fill and then be served: worst case is

@@ -10,8 +10,8 @@
 // each workload gets:
 //   min  sum cost_t x_tc
 //   s.t. sum_o capacity_o y_o >= demand_w,   sum_o y_o >= min_instances_w      (each workload w)
-//        sum_{o of t,p} y_o <= sum_c count_c(p) x_tc                            (each type t, profile p)
-//        sum_c x_tc <= available_t,  x, y integer >= 0
+//        sum_{o of t,p} y_o <= sum_c count_c(p) x_tc                            (each type t,
+//        profile p) sum_c x_tc <= available_t,  x, y integer >= 0
 // Exact mode solves it with CBC and reports CBC's proven bound; fast mode solves the LP relaxation
 // (its value is the lower bound), rounds instance counts per workload and packs GPU configurations
 // by rounding down the LP and first-fit on the rest. Replica workloads with identical options are

@@ -37,8 +37,8 @@ struct SizedOption {
   int batch = 0;
   int processes = 1;
   double latency_ms = 0;
-  double memory_gib = 0;  // memory of the instance
-  int compute_slices = 0; // of the profile (the model's MIG compute slices for a whole GPU)
+  double memory_gib = 0;   // memory of the instance
+  int compute_slices = 0;  // of the profile (the model's MIG compute slices for a whole GPU)
 };
 
 struct WorkloadSizing {
@@ -55,7 +55,8 @@ struct WorkloadSizing {
 
 // Sizes `workload` on each of `models` (the distinct models of the fleet that it may use; those
 // not in workload.gpu_models are skipped with an explanation when gpu_models is set).
-WorkloadSizing SizeWorkload(const Workload& workload, const std::vector<const hw::GpuModel*>& models,
+WorkloadSizing SizeWorkload(const Workload& workload,
+                            const std::vector<const hw::GpuModel*>& models,
                             const SizingPolicy& policy);
 
 // Display name of an option's instance: "3g.40gb" or "whole GPU".

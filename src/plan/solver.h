@@ -1,0 +1,46 @@
+// Internal to the planner: a linear program built column by column and solved with COIN-OR's
+// CLP (LP relaxation) or CBC (integer program). Single-threaded and deterministic.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+namespace gpuslice::plan::internal {
+
+inline constexpr double kInfinity = 1e30;
+
+class LinearProgram {
+ public:
+  // A column with objective coefficient `cost` and bounds; returns its index.
+  int AddColumn(double cost, double lower, double upper, bool integer);
+  // lower <= sum coefficient * column <= upper.
+  void AddRow(std::vector<std::pair<int, double>> terms, double lower, double upper);
+
+  int columns() const { return static_cast<int>(cost_.size()); }
+  int rows() const { return static_cast<int>(row_lower_.size()); }
+
+  // The program's data, read by the solvers.
+  std::vector<double> cost_, col_lower_, col_upper_;
+  std::vector<bool> integer_;
+  std::vector<std::vector<std::pair<int, double>>> row_terms_;
+  std::vector<double> row_lower_, row_upper_;
+};
+
+struct Solution {
+  enum class Status { kOptimal, kStopped, kInfeasible, kFailed };
+  Status status = Status::kFailed;
+  bool has_solution = false;
+  std::vector<double> values;
+  double objective = 0;
+  double bound = 0;  // proven lower bound on the objective (minimisation)
+  double seconds = 0;
+};
+
+// The LP relaxation (integrality ignored).
+Solution SolveLp(const LinearProgram& program, double time_limit_s);
+// The integer program. With a finite `cutoff` only solutions with a smaller objective are sought:
+// kInfeasible then proves that none exists (bound = cutoff), so a known solution of value
+// `cutoff` is optimal.
+Solution SolveMip(const LinearProgram& program, double time_limit_s, double cutoff = kInfinity);
+
+}  // namespace gpuslice::plan::internal
