@@ -1,8 +1,22 @@
 #include "gpuslice/util/yaml_reader.h"
 
+#include <array>
 #include <charconv>
+#include <cmath>
 
 namespace gpuslice::util {
+
+namespace {
+
+// The shortest text that reads back as `value` ("0.5", "1e+09").
+std::string FormatDouble(double value) {
+  std::array<char, 32> buffer{};
+  auto [end, error] = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value);
+  if (error != std::errc()) return std::to_string(value);
+  return std::string(buffer.data(), end);
+}
+
+}  // namespace
 
 void ThrowYamlError(std::string_view origin, const YAML::Node& at, std::string_view path,
                     std::string_view message) {
@@ -64,6 +78,16 @@ std::int64_t YamlMap::Int(std::string_view key, std::int64_t min, std::int64_t m
   YAML::Node value = OptionalNode(key);
   if (!value.IsDefined() || value.IsNull()) return fallback;
   return YamlInt(value, origin_, PathOf(key), min, max);
+}
+
+double YamlMap::Double(std::string_view key, double min, double max) {
+  return YamlDouble(Node(key), origin_, PathOf(key), min, max);
+}
+
+double YamlMap::Double(std::string_view key, double min, double max, double fallback) {
+  YAML::Node value = OptionalNode(key);
+  if (!value.IsDefined() || value.IsNull()) return fallback;
+  return YamlDouble(value, origin_, PathOf(key), min, max);
 }
 
 bool YamlMap::Bool(std::string_view key, bool fallback) {
@@ -142,6 +166,23 @@ std::int64_t YamlInt(const YAML::Node& node, std::string_view origin, std::strin
     ThrowYamlError(
         origin, node, path,
         "value " + text + " is outside [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  return value;
+}
+
+double YamlDouble(const YAML::Node& node, std::string_view origin, std::string_view path,
+                  double min, double max) {
+  const std::string text = YamlString(node, origin, path);
+  double value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() ||
+      !std::isfinite(value)) {
+    ThrowYamlError(origin, node, path, "expected a number, got '" + text + "'");
+  }
+  if (value < min || value > max) {
+    ThrowYamlError(
+        origin, node, path,
+        "value " + text + " is outside [" + FormatDouble(min) + ", " + FormatDouble(max) + "]");
   }
   return value;
 }

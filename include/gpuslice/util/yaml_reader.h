@@ -45,6 +45,9 @@ class YamlMap {
   std::string String(std::string_view key, std::string fallback);
   std::int64_t Int(std::string_view key, std::int64_t min, std::int64_t max);
   std::int64_t Int(std::string_view key, std::int64_t min, std::int64_t max, std::int64_t fallback);
+  // A finite number in [min, max] (integers are accepted; YAML's .inf and .nan are not).
+  double Double(std::string_view key, double min, double max);
+  double Double(std::string_view key, double min, double max, double fallback);
   bool Bool(std::string_view key, bool fallback);
   std::vector<std::string> StringList(std::string_view key);  // absent -> empty
   std::vector<std::int64_t> IntList(std::string_view key, std::int64_t min, std::int64_t max);
@@ -72,5 +75,7 @@ class YamlMap {
 std::string YamlString(const YAML::Node& node, std::string_view origin, std::string_view path);
 std::int64_t YamlInt(const YAML::Node& node, std::string_view origin, std::string_view path,
                      std::int64_t min, std::int64_t max);
+double YamlDouble(const YAML::Node& node, std::string_view origin, std::string_view path,
+                  double min, double max);
 
 }  // namespace gpuslice::util
