@@ -76,6 +76,15 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The fraction of a GPU an instance takes: its share of compute slices or of placement units
+// (memory), whichever is larger. 3g.40gb on A100-80GB takes half the memory, so two fill it.
+double ShareOf(const hw::GpuModel& model, int profile) {
+  if (profile == kWholeGpu || !model.mig) return 1.0;
+  const hw::GiProfile& gi = model.mig->profiles[static_cast<size_t>(profile)];
+  return std::max(static_cast<double>(gi.compute_slices) / model.mig->compute_slices,
+                  static_cast<double>(gi.placement_size) / model.mig->placement_units);
+}
+
 int SlicesOf(const hw::GpuModel& model, int profile) {
   if (profile == kWholeGpu) return model.mig ? model.mig->compute_slices : 1;
   return model.mig->profiles[static_cast<size_t>(profile)].compute_slices;
@@ -157,6 +166,8 @@ class Planner {
                                   const std::vector<std::vector<int>>& gpus) const;
   void Materialise(const std::vector<std::vector<int>>& counts,
                    const std::vector<std::vector<int>>& gpus);
+  // Empties lightly used MIG GPUs by moving their instances into free room on others.
+  void Consolidate();
 
   const WorkloadSet& workloads_;
   const Fleet& fleet_;
@@ -168,6 +179,7 @@ class Planner {
   std::vector<DemandClass> classes_;
   LinearProgram program_;
   double penalty_ = 1;
+  bool short_of_room_ = false;  // some workload did not fit the fleet
 };
 
 absl::Status Planner::BuildFleet() {
@@ -352,12 +364,73 @@ void Planner::BuildProgram() {
   }
 }
 
+// Instance counts over `candidates` (option indices) that cover `demand` with the smallest share of
+// GPUs (ShareOf): most instances of the option with the best capacity per share, the rest by one
+// other option (up to a few instances of it). Empty when no candidate exists.
+std::vector<int> CheapestCover(const DemandClass& demand, const std::vector<size_t>& candidates) {
+  std::vector<int> best_counts;
+  if (candidates.empty()) return best_counts;
+  auto share = [&](size_t o) {
+    return ShareOf(*demand.options[o].model, demand.options[o].profile);
+  };
+  size_t bulk = candidates.front();
+  for (size_t o : candidates) {
+    if (demand.options[o].capacity / share(o) > demand.options[bulk].capacity / share(bulk)) {
+      bulk = o;
+    }
+  }
+  const SizedOption& main = demand.options[bulk];
+  double best_share = 1e300;
+  constexpr int kMaxRest = 4;
+  for (size_t rest : candidates) {
+    for (int n_rest = 0; n_rest <= kMaxRest; ++n_rest) {
+      const double left = demand.demand - n_rest * demand.options[rest].capacity;
+      int n_main = left > 0 ? static_cast<int>(std::ceil(left / main.capacity - kEps)) : 0;
+      const int instances = n_main + n_rest;
+      n_main += std::max(0, demand.min_instances - instances);
+      const double total = n_main * share(bulk) + n_rest * share(rest);
+      if (total < best_share - kEps) {
+        best_share = total;
+        best_counts.assign(demand.options.size(), 0);
+        best_counts[bulk] += n_main;
+        best_counts[rest] += n_rest;
+      }
+    }
+  }
+  return best_counts;
+}
+
 std::vector<std::vector<int>> Planner::RoundInstances(const std::vector<double>& values) const {
   std::vector<std::vector<int>> counts(classes_.size());
   for (size_t k = 0; k < classes_.size(); ++k) {
     const DemandClass& demand = classes_[k];
     const size_t n = demand.options.size();
     counts[k].assign(n, 0);
+    // Throughput workloads: the cheapest cover on the model the LP leaned towards.
+    if (demand.by_throughput && values[static_cast<size_t>(demand.slack_column)] < 0.5) {
+      std::map<const hw::GpuModel*, double> capacity_on;
+      for (size_t o = 0; o < n; ++o) {
+        capacity_on[demand.options[o].model] +=
+            values[static_cast<size_t>(demand.y_columns[o])] * demand.options[o].capacity;
+      }
+      const hw::GpuModel* model = nullptr;
+      double most = -1;
+      for (size_t o = 0; o < n; ++o) {  // option order keeps the choice deterministic
+        if (capacity_on[demand.options[o].model] > most) {
+          most = capacity_on[demand.options[o].model];
+          model = demand.options[o].model;
+        }
+      }
+      std::vector<size_t> candidates;
+      for (size_t o = 0; o < n; ++o) {
+        if (demand.options[o].model == model) candidates.push_back(o);
+      }
+      std::vector<int> cover = CheapestCover(demand, candidates);
+      if (!cover.empty()) {
+        counts[k] = std::move(cover);
+        continue;
+      }
+    }
     double covered = 0;
     int instances = 0;
     std::vector<std::pair<double, size_t>> fractions;
@@ -494,21 +567,21 @@ std::vector<std::vector<int>> Planner::PackGpus(const std::vector<std::vector<in
     double best_score = 0;
     int best_t = -1;
     int best_i = -1;
-    int best_waste = 0;
+    double best_waste = 0;
     for (size_t t = 0; t < types_.size(); ++t) {
       if (left[t] <= 0) continue;
       for (size_t i = 0; i < types_[t].configs.size(); ++i) {
         const Config& config =
             configs_.at(types_[t].model).configs[static_cast<size_t>(types_[t].configs[i])];
-        int covered = 0;
-        int waste = 0;
+        double covered = 0;
+        double waste = 0;
         for (const auto& [profile, count] : config.counts) {
           const int outstanding = std::max(0, need[{types_[t].model, profile}]);
           const int used = std::min(count, outstanding);
-          covered += used * SlicesOf(*types_[t].model, profile);
-          waste += (count - used) * SlicesOf(*types_[t].model, profile);
+          covered += used * ShareOf(*types_[t].model, profile);
+          waste += (count - used) * ShareOf(*types_[t].model, profile);
         }
-        if (covered == 0) continue;
+        if (covered <= 0) continue;
         const double score = covered / std::max(types_[t].cost, 1e-9);
         if (score > best_score + kEps ||
             (std::abs(score - best_score) <= kEps && waste < best_waste)) {
@@ -652,6 +725,7 @@ void Planner::Materialise(const std::vector<std::vector<int>>& counts,
       if (covered[static_cast<size_t>(w)] + kEps < sizing.demand ||
           instances[static_cast<size_t>(w)] < sizing.min_instances) {
         short_workloads.insert(w);
+        short_of_room_ = true;
         result_.unplaced.emplace_back(
             w, "the fleet has too little room for it (every GPU it can use is taken)");
       }
@@ -662,6 +736,9 @@ void Planner::Materialise(const std::vector<std::vector<int>>& counts,
     std::erase_if(gpu.instances, [&](const PlannedInstance& instance) {
       return instance.workload < 0 || short_workloads.count(instance.workload) > 0;
     });
+  }
+  Consolidate();
+  for (PlannedGpu& gpu : result_.gpus) {
     std::sort(gpu.instances.begin(), gpu.instances.end(),
               [](const PlannedInstance& a, const PlannedInstance& b) { return a.start < b.start; });
     gpu.used = !gpu.instances.empty();
@@ -672,6 +749,85 @@ void Planner::Materialise(const std::vector<std::vector<int>>& counts,
     }
   }
   std::sort(result_.unplaced.begin(), result_.unplaced.end());
+}
+
+void Planner::Consolidate() {
+  // Used MIG GPUs by model, each with its occupancy.
+  std::map<const hw::GpuModel*, std::vector<int>> by_model;
+  std::vector<geometry::Occupancy> occupancy(result_.gpus.size());
+  std::map<const hw::GpuModel*, geometry::Shape> shapes;
+  for (size_t g = 0; g < result_.gpus.size(); ++g) {
+    const PlannedGpu& gpu = result_.gpus[g];
+    if (!gpu.mig_enabled || gpu.instances.empty()) continue;
+    auto it = shapes.try_emplace(gpu.model, *gpu.model).first;
+    for (const PlannedInstance& instance : gpu.instances) {
+      it->second.Add(occupancy[g], instance.profile, instance.start);
+    }
+    by_model[gpu.model].push_back(static_cast<int>(g));
+  }
+  auto used_slices = [&](int g) {
+    int slices = 0;
+    for (const PlannedInstance& instance : result_.gpus[static_cast<size_t>(g)].instances) {
+      slices += SlicesOf(*result_.gpus[static_cast<size_t>(g)].model, instance.profile);
+    }
+    return slices;
+  };
+  constexpr size_t kMaxSources = 256;
+  for (auto& [model, gpus] : by_model) {
+    const geometry::Shape& shape = shapes.at(model);
+    std::vector<int> sources = gpus;
+    std::stable_sort(sources.begin(), sources.end(),
+                     [&](int a, int b) { return used_slices(a) < used_slices(b); });
+    if (sources.size() > kMaxSources) sources.resize(kMaxSources);
+    for (int source : sources) {
+      PlannedGpu& from = result_.gpus[static_cast<size_t>(source)];
+      if (from.instances.empty()) continue;
+      // Tentatively move every instance to another GPU with room, keeping replicas apart.
+      std::vector<std::pair<int, PlannedInstance>> moves;
+      std::map<int, geometry::Occupancy> trial;
+      bool all_moved = true;
+      for (const PlannedInstance& instance : from.instances) {
+        bool moved = false;
+        for (int target : gpus) {
+          if (target == source || result_.gpus[static_cast<size_t>(target)].instances.empty()) {
+            continue;
+          }
+          auto [slot, inserted] = trial.try_emplace(target, occupancy[static_cast<size_t>(target)]);
+          if (occupancy[static_cast<size_t>(target)].used == shape.all_units()) continue;
+          const int start = shape.DefaultStart(slot->second, instance.profile);
+          if (start < 0) continue;
+          bool same_workload = false;
+          for (const PlannedInstance& there : result_.gpus[static_cast<size_t>(target)].instances) {
+            same_workload |= there.workload == instance.workload;
+          }
+          for (const auto& [where, planned] : moves) {
+            same_workload |= where == target && planned.workload == instance.workload;
+          }
+          if (same_workload &&
+              workloads_.workloads[static_cast<size_t>(instance.workload)].spread) {
+            continue;
+          }
+          shape.Add(slot->second, instance.profile, start);
+          PlannedInstance placed = instance;
+          placed.start = start;
+          moves.emplace_back(target, placed);
+          moved = true;
+          break;
+        }
+        if (!moved) {
+          all_moved = false;
+          break;
+        }
+      }
+      if (!all_moved) continue;
+      for (auto& [target, placed] : moves) {
+        result_.gpus[static_cast<size_t>(target)].instances.push_back(placed);
+      }
+      for (auto& [target, occ] : trial) occupancy[static_cast<size_t>(target)] = occ;
+      from.instances.clear();
+      occupancy[static_cast<size_t>(source)] = geometry::Occupancy{};
+    }
+  }
 }
 
 absl::StatusOr<PlanResult> Planner::Run() {
@@ -772,7 +928,7 @@ absl::StatusOr<PlanResult> Planner::Run() {
     result_.lower_bound_cost = result_.lower_bound_gpus * unit_cost;
   }
   result_.proven_optimal =
-      result_.unplaced.empty() && result_.cost_per_hour <= result_.lower_bound_cost + kEps;
+      !short_of_room_ && result_.cost_per_hour <= result_.lower_bound_cost + kEps;
   result_.solve_seconds = SecondsSince(started);
   return std::move(result_);
 }
