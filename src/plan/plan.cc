@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "gpuslice/geometry/enumerate.h"
 #include "gpuslice/geometry/shape.h"
+#include "planner.h"
 #include "solver.h"
 
 namespace gpuslice::plan {
@@ -38,9 +39,13 @@ struct GpuType {
   const hw::GpuModel* model = nullptr;
   bool mig_allowed = true;
   double cost = 0;
-  std::vector<int> gpus;       // indices into PlanResult::gpus, nodes interleaved
-  std::vector<int> configs;    // indices into the model's configs usable on this type
-  std::vector<int> x_columns;  // LP column per usable config
+  std::vector<int> gpus;        // indices into PlanResult::gpus, nodes interleaved
+  std::vector<Config> configs;  // what can be added to these GPUs
+  std::vector<int> x_columns;   // LP column per config
+  // Re-planning: the instances these GPUs keep (the same placements on each of them; which
+  // workload runs there is per GPU). Their configs' layouts include these placements.
+  std::vector<geometry::Placed> pinned_layout;
+  bool pinned = false;
 };
 
 // Workloads solved as one: a throughput workload alone, or replica workloads with identical
@@ -180,10 +185,19 @@ class Planner {
   LinearProgram program_;
   double penalty_ = 1;
   bool short_of_room_ = false;  // some workload did not fit the fleet
+  // Re-planning: per fleet GPU, the running instances that stay (null for a fresh plan).
+  const std::vector<std::vector<PlannedInstance>>* pinned_ = nullptr;
+  std::vector<double> remaining_;  // per workload: demand not covered by kept instances
+
+ public:
+  void SetPinned(const std::vector<std::vector<PlannedInstance>>* pinned) { pinned_ = pinned; }
+
+ private:
+  std::vector<Config> PinnedConfigs(const GpuType& type, const std::set<int>& profiles) const;
 };
 
 absl::Status Planner::BuildFleet() {
-  std::map<std::tuple<std::string, bool, double>, int> type_of;
+  std::map<std::tuple<std::string, bool, double, std::string>, int> type_of;
   std::vector<std::vector<std::vector<int>>> per_type_node;  // type -> node -> gpus
   std::set<std::string> node_names;
   for (size_t n = 0; n < fleet_.nodes.size(); ++n) {
@@ -199,17 +213,36 @@ absl::Status Planner::BuildFleet() {
             absl::StrCat(group.origin, ": unknown GPU model '", group.model, "'"));
       }
       const bool mig_allowed = group.mig_allowed && model->mig_capable();
-      auto key = std::make_tuple(model->id, mig_allowed, group.cost_per_hour);
-      auto [it, inserted] = type_of.emplace(key, static_cast<int>(types_.size()));
-      if (inserted) {
-        GpuType type;
-        type.model = model;
-        type.mig_allowed = mig_allowed;
-        type.cost = group.cost_per_hour;
-        types_.push_back(type);
-        per_type_node.emplace_back(fleet_.nodes.size());
-      }
       for (int i = 0; i < group.count; ++i) {
+        // GPUs that keep running instances form their own types, by kept layout; they are
+        // paid for already, so adding to them costs nothing.
+        const size_t g = result_.gpus.size();
+        std::vector<geometry::Placed> kept;
+        std::string signature;
+        if (pinned_ != nullptr && g < pinned_->size()) {
+          for (const PlannedInstance& instance : (*pinned_)[g]) {
+            absl::StrAppend(&signature, instance.profile, "@", instance.start, ",");
+            if (instance.profile != kWholeGpu) {
+              kept.push_back({static_cast<std::uint8_t>(instance.profile),
+                              static_cast<std::uint8_t>(instance.start)});
+            }
+          }
+        }
+        const bool pinned = !signature.empty();
+        const double cost = pinned ? 0.0 : group.cost_per_hour;
+        auto key = std::make_tuple(model->id, mig_allowed, cost, signature);
+        auto [it, inserted] = type_of.emplace(key, static_cast<int>(types_.size()));
+        if (inserted) {
+          GpuType type;
+          type.model = model;
+          type.mig_allowed = mig_allowed;
+          type.cost = cost;
+          type.pinned = pinned;
+          std::sort(kept.begin(), kept.end());
+          type.pinned_layout = kept;
+          types_.push_back(type);
+          per_type_node.emplace_back(fleet_.nodes.size());
+        }
         PlannedGpu gpu;
         gpu.node = static_cast<int>(n);
         gpu.index = index++;
@@ -248,6 +281,7 @@ void Planner::BuildClasses() {
     }
   }
   std::map<std::string, int> merged;
+  remaining_.assign(workloads_.workloads.size(), 0);
   for (size_t w = 0; w < workloads_.workloads.size(); ++w) {
     WorkloadSizing sizing = SizeWorkload(workloads_.workloads[w], models, workloads_.policy);
     // Keep only options some GPU type can host.
@@ -270,24 +304,75 @@ void Planner::BuildClasses() {
       result_.unplaced.emplace_back(static_cast<int>(w), sizing.unsatisfiable);
       continue;
     }
+    // What kept instances already cover.
+    double remaining = sizing.demand;
+    int min_remaining = sizing.min_instances;
+    if (pinned_ != nullptr) {
+      for (const auto& kept : *pinned_) {
+        for (const PlannedInstance& instance : kept) {
+          if (instance.workload != static_cast<int>(w)) continue;
+          remaining -= instance.capacity;
+          --min_remaining;
+        }
+      }
+    }
+    remaining_[w] = std::max(0.0, remaining);
+    min_remaining = std::max(0, min_remaining);
+    if (remaining <= kEps && min_remaining == 0) continue;
     if (!sizing.by_throughput) {
       const std::string key = OptionKey(sizing.options);
       auto [it, inserted] = merged.emplace(key, static_cast<int>(classes_.size()));
       if (!inserted) {
         DemandClass& existing = classes_[static_cast<size_t>(it->second)];
         existing.workloads.push_back(static_cast<int>(w));
-        existing.demand += sizing.demand;
+        existing.demand += remaining_[w];
         continue;
       }
     }
     DemandClass demand;
     demand.workloads.push_back(static_cast<int>(w));
     demand.by_throughput = sizing.by_throughput;
-    demand.demand = sizing.demand;
-    demand.min_instances = sizing.min_instances;
+    demand.demand = std::max(remaining_[w], sizing.by_throughput ? 0.0 : 1.0);
+    demand.min_instances = std::max(min_remaining, 1);
     demand.options = sizing.options;
     classes_.push_back(std::move(demand));
   }
+}
+
+std::vector<Config> Planner::PinnedConfigs(const GpuType& type,
+                                           const std::set<int>& profiles) const {
+  std::vector<Config> configs;
+  if (!type.mig_allowed || type.pinned_layout.empty()) return configs;  // whole GPU kept: full
+  geometry::Shape shape(*type.model);
+  geometry::EnumerateOptions options;
+  for (int profile : profiles) {
+    if (profile != kWholeGpu) options.profiles.set(static_cast<size_t>(profile));
+  }
+  if (options.profiles.none()) return configs;
+  for (const geometry::Placed& placed : type.pinned_layout) options.profiles.set(placed.profile);
+  options.maximal_only = true;
+  std::set<std::map<int, int>> seen;
+  for (auto layout : geometry::EnumerateLayouts(shape, options)) {
+    // Layouts that contain every kept placement; the rest of them is what can be added.
+    std::sort(layout.begin(), layout.end());
+    if (!std::includes(layout.begin(), layout.end(), type.pinned_layout.begin(),
+                       type.pinned_layout.end())) {
+      continue;
+    }
+    Config config;
+    config.layout = layout;
+    for (const geometry::Placed& placed : layout) {
+      if (std::binary_search(type.pinned_layout.begin(), type.pinned_layout.end(), placed)) {
+        continue;
+      }
+      if (!profiles.count(placed.profile)) continue;  // only room for kept profiles
+      ++config.counts[placed.profile];
+      config.slices += shape.compute_slices(placed.profile);
+    }
+    if (config.counts.empty() || !seen.insert(config.counts).second) continue;
+    configs.push_back(std::move(config));
+  }
+  return configs;
 }
 
 void Planner::BuildProgram() {
@@ -308,10 +393,14 @@ void Planner::BuildProgram() {
   for (GpuType& type : types_) {
     auto it = configs_.find(type.model);
     if (it == configs_.end()) continue;
-    const ModelConfigs& model_configs = it->second;
-    for (size_t c = 0; c < model_configs.configs.size(); ++c) {
-      if (!model_configs.configs[c].whole && !type.mig_allowed) continue;
-      type.configs.push_back(static_cast<int>(c));
+    if (type.pinned) {
+      type.configs = PinnedConfigs(type, used_profiles[type.model]);
+    } else {
+      for (const Config& config : it->second.configs) {
+        if (config.whole || type.mig_allowed) type.configs.push_back(config);
+      }
+    }
+    for (size_t c = 0; c < type.configs.size(); ++c) {
       type.x_columns.push_back(
           program_.AddColumn(type.cost, 0, static_cast<double>(type.gpus.size()), true));
     }
@@ -353,9 +442,8 @@ void Planner::BuildProgram() {
   for (auto& [slot, terms] : supply) {
     for (const GpuType& type : types_) {
       if (type.model != slot.first) continue;
-      const ModelConfigs& model_configs = configs_.at(type.model);
       for (size_t i = 0; i < type.configs.size(); ++i) {
-        const Config& config = model_configs.configs[static_cast<size_t>(type.configs[i])];
+        const Config& config = type.configs[i];
         auto it = config.counts.find(slot.second);
         if (it != config.counts.end()) terms.emplace_back(type.x_columns[i], -it->second);
       }
@@ -544,8 +632,7 @@ std::vector<std::vector<int>> Planner::PackGpus(const std::vector<std::vector<in
     left[t] = static_cast<int>(types_[t].gpus.size());
   }
   auto take = [&](size_t t, size_t i, int copies) {
-    const Config& config =
-        configs_.at(types_[t].model).configs[static_cast<size_t>(types_[t].configs[i])];
+    const Config& config = types_[t].configs[i];
     gpus[t][i] += copies;
     left[t] -= copies;
     for (const auto& [profile, count] : config.counts) {
@@ -571,8 +658,7 @@ std::vector<std::vector<int>> Planner::PackGpus(const std::vector<std::vector<in
     for (size_t t = 0; t < types_.size(); ++t) {
       if (left[t] <= 0) continue;
       for (size_t i = 0; i < types_[t].configs.size(); ++i) {
-        const Config& config =
-            configs_.at(types_[t].model).configs[static_cast<size_t>(types_[t].configs[i])];
+        const Config& config = types_[t].configs[i];
         double covered = 0;
         double waste = 0;
         for (const auto& [profile, count] : config.counts) {
@@ -643,24 +729,42 @@ void Planner::Materialise(const std::vector<std::vector<int>>& counts,
                           const std::vector<std::vector<int>>& gpus) {
   // Slots of each (model, profile): (rank within its GPU, position of the GPU, gpu, instance).
   std::map<Slot, std::vector<std::tuple<int, int, int, int>>> slots;
+  std::vector<double> covered(workloads_.workloads.size(), 0);
+  std::vector<int> instances(workloads_.workloads.size(), 0);
+  // Kept instances first: they stay where they are.
+  if (pinned_ != nullptr) {
+    for (size_t g = 0; g < pinned_->size() && g < result_.gpus.size(); ++g) {
+      for (PlannedInstance instance : (*pinned_)[g]) {
+        instance.kept = true;
+        result_.gpus[g].instances.push_back(instance);
+        result_.gpus[g].mig_enabled |= instance.profile != kWholeGpu;
+        covered[static_cast<size_t>(instance.workload)] += instance.capacity;
+        ++instances[static_cast<size_t>(instance.workload)];
+      }
+    }
+  }
   for (size_t t = 0; t < types_.size(); ++t) {
     const GpuType& type = types_[t];
     size_t next = 0;
     for (size_t i = 0; i < type.configs.size(); ++i) {
-      const Config& config = configs_.at(type.model).configs[static_cast<size_t>(type.configs[i])];
+      const Config& config = type.configs[i];
       for (int copy = 0; copy < gpus[t][i] && next < type.gpus.size(); ++copy) {
         const int g = type.gpus[next];
         PlannedGpu& gpu = result_.gpus[static_cast<size_t>(g)];
         std::map<int, int> rank;
+        const size_t first_new = gpu.instances.size();
         if (config.whole) {
           gpu.instances.push_back(PlannedInstance{kWholeGpu, 0, -1, 0, 0});
         } else {
           gpu.mig_enabled = true;
           for (const geometry::Placed& placed : config.layout) {
+            if (std::binary_search(type.pinned_layout.begin(), type.pinned_layout.end(), placed)) {
+              continue;  // kept already
+            }
             gpu.instances.push_back(PlannedInstance{placed.profile, placed.start, -1, 0, 0});
           }
         }
-        for (size_t s = 0; s < gpu.instances.size(); ++s) {
+        for (size_t s = first_new; s < gpu.instances.size(); ++s) {
           const int profile = gpu.instances[s].profile;
           slots[{type.model, profile}].emplace_back(rank[profile]++, static_cast<int>(next), g,
                                                     static_cast<int>(s));
@@ -671,9 +775,6 @@ void Planner::Materialise(const std::vector<std::vector<int>>& counts,
   }
   for (auto& [slot, list] : slots) std::sort(list.begin(), list.end());
   std::map<Slot, size_t> taken;
-
-  std::vector<double> covered(workloads_.workloads.size(), 0);
-  std::vector<int> instances(workloads_.workloads.size(), 0);
   for (size_t k = 0; k < classes_.size(); ++k) {
     const DemandClass& demand = classes_[k];
     // The class's instances in slot order, then handed to its workloads in turn.
@@ -703,8 +804,7 @@ void Planner::Materialise(const std::vector<std::vector<int>>& counts,
     // Replica class: interleave so each workload's replicas stay spread.
     size_t cursor = 0;
     for (int w : demand.workloads) {
-      const int wanted =
-          static_cast<int>(std::llround(result_.sizing[static_cast<size_t>(w)].demand));
+      const int wanted = static_cast<int>(std::llround(remaining_[static_cast<size_t>(w)]));
       if (got.size() - cursor < static_cast<size_t>(wanted)) break;  // left unplaced below
       for (int i = 0; i < wanted; ++i, ++cursor) {
         const auto& [where, o] = got[cursor];
@@ -782,6 +882,10 @@ void Planner::Consolidate() {
     for (int source : sources) {
       PlannedGpu& from = result_.gpus[static_cast<size_t>(source)];
       if (from.instances.empty()) continue;
+      if (std::any_of(from.instances.begin(), from.instances.end(),
+                      [](const PlannedInstance& instance) { return instance.kept; })) {
+        continue;  // moving a running instance would stop it
+      }
       // Tentatively move every instance to another GPU with room, keeping replicas apart.
       std::vector<std::pair<int, PlannedInstance>> moves;
       std::map<int, geometry::Occupancy> trial;
@@ -940,5 +1044,17 @@ absl::StatusOr<PlanResult> Plan(const WorkloadSet& workloads, const Fleet& fleet
   Planner planner(workloads, fleet, catalog, options);
   return planner.Run();
 }
+
+namespace internal {
+
+absl::StatusOr<PlanResult> PlanKeeping(const WorkloadSet& workloads, const Fleet& fleet,
+                                       const hw::Catalog& catalog, const PlanOptions& options,
+                                       const std::vector<std::vector<PlannedInstance>>& kept) {
+  Planner planner(workloads, fleet, catalog, options);
+  planner.SetPinned(&kept);
+  return planner.Run();
+}
+
+}  // namespace internal
 
 }  // namespace gpuslice::plan

@@ -48,6 +48,7 @@ struct PlannedInstance {
   int workload = -1;        // index into the workload list; -1 = spare (not created)
   double capacity = 0;      // demand it covers for its workload
   int batch = 0;            // operating point (throughput workloads)
+  bool kept = false;        // re-planning: a running instance that stays as it is
 };
 
 // One physical GPU of the fleet.

@@ -1,0 +1,19 @@
+// Internal to the planner: planning around instances that keep running (re-planning).
+#pragma once
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gpuslice/plan/plan.h"
+
+namespace gpuslice::plan::internal {
+
+// Like Plan(), but `kept[g]` (g in fleet order: node by node, GPUs in group order) lists running
+// instances of GPU g that stay exactly where they are, with their workload and capacity. They
+// count towards their workloads' demand, the GPUs holding them are paid for already, and new
+// instances are only added around them. A kept whole-GPU instance leaves no room.
+absl::StatusOr<PlanResult> PlanKeeping(const WorkloadSet& workloads, const Fleet& fleet,
+                                       const hw::Catalog& catalog, const PlanOptions& options,
+                                       const std::vector<std::vector<PlannedInstance>>& kept);
+
+}  // namespace gpuslice::plan::internal
