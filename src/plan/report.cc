@@ -198,36 +198,20 @@ void FillStranded(const geometry::Shape& shape, const PlannedGpu& gpu, ReportGpu
 }
 
 // ---------------------------------------------------------------------------------------------
-// Baselines.
+// Baselines. Both are counted workload by workload (in input order): each workload takes its
+// cheapest way to run under the baseline's rule on a model that still has enough GPUs in the
+// fleet; when no model has, the cheapest way anyway, and the baseline is flagged as exceeding the
+// fleet.
 
+// One way to run a workload under a baseline: instances of profiles on one model, and the share
+// of that model's GPUs they take (GPU-hours per hour).
 struct Choice {
   const hw::GpuModel* model = nullptr;
-  std::vector<std::pair<int, int>> instances;  // (profile, count)
+  std::vector<std::pair<int, int>> instances;  // (profile or kWholeGpu, count)
   double cost = std::numeric_limits<double>::infinity();
 };
 
-// One workload instance per whole GPU on the cheapest model of the workload's whole-GPU options.
-Choice WholeGpuChoice(const WorkloadSizing& sizing,
-                      const std::map<std::string, ModelFleet>& fleet) {
-  Choice best;
-  for (const SizedOption& option : sizing.options) {
-    if (!IsWhole(option.profile) || option.model == nullptr || option.capacity <= 0) continue;
-    auto it = fleet.find(option.model->id);
-    if (it == fleet.end() || it->second.count == 0) continue;
-    int n = sizing.by_throughput ? CeilCount(sizing.demand / option.capacity)
-                                 : CeilCount(sizing.demand);
-    n = std::max(n, sizing.min_instances);
-    const double cost = n * it->second.cheapest;
-    if (cost < best.cost - kEps) {
-      best.model = option.model;
-      best.instances = {{kWholeGpu, n}};
-      best.cost = cost;
-    }
-  }
-  return best;
-}
-
-// Instances of one profile per GPU in the model's all-balanced layout.
+// Instances of each profile per GPU in the model's all-balanced layout.
 std::map<int, int> BalancedCounts(const hw::GpuModel& model) {
   std::map<int, int> counts;
   if (!model.mig) return counts;
@@ -238,26 +222,104 @@ std::map<int, int> BalancedCounts(const hw::GpuModel& model) {
   return counts;
 }
 
-// Covers a workload with the options available on `model` when every GPU of it runs all-balanced
-// (or stays whole when the model has no MIG or the fleet never allows it), greedily.
-Choice BalancedChoice(const WorkloadSizing& sizing, const hw::GpuModel& model,
-                      const ModelFleet& fleet, const std::map<int, int>& balanced) {
-  const bool mig = model.mig_capable() && fleet.mig_count > 0 && !balanced.empty();
-  const double cost = mig ? fleet.cheapest_mig : fleet.cheapest;
-  // Candidate options and the fraction of a GPU one instance takes.
-  std::vector<std::pair<const SizedOption*, double>> candidates;
-  for (const SizedOption& option : sizing.options) {
-    if (option.model != &model || option.capacity <= 0) continue;
-    if (mig) {
-      auto it = balanced.find(option.profile);
-      if (IsWhole(option.profile) || it == balanced.end()) continue;
-      candidates.emplace_back(&option, 1.0 / it->second);
-    } else if (IsWhole(option.profile)) {
-      candidates.emplace_back(&option, 1.0);
+// A baseline's fleet as it fills up: instances per model and profile.
+class Usage {
+ public:
+  Usage(const std::map<std::string, ModelFleet>* fleet, bool balanced)
+      : fleet_(fleet), balanced_(balanced) {}
+
+  // Whether `model` runs all-balanced in this baseline (else its GPUs stay whole).
+  bool Balanced(const hw::GpuModel& model) {
+    if (!balanced_ || !model.mig_capable()) return false;
+    auto it = fleet_->find(model.id);
+    return it != fleet_->end() && it->second.mig_count > 0 && !PerGpu(model).empty();
+  }
+  const std::map<int, int>& PerGpu(const hw::GpuModel& model) {
+    auto it = per_gpu_.find(&model);
+    if (it == per_gpu_.end()) it = per_gpu_.emplace(&model, BalancedCounts(model)).first;
+    return it->second;
+  }
+  // GPUs of `model` the instances take: whole ones, plus the balanced GPUs needed for the most
+  // constraining profile.
+  int Gpus(const hw::GpuModel& model, const std::map<int, int>& counts) {
+    int whole = 0;
+    int balanced = 0;
+    for (const auto& [profile, n] : counts) {
+      if (IsWhole(profile)) {
+        whole += n;
+      } else {
+        balanced =
+            std::max(balanced, CeilCount(static_cast<double>(n) / PerGpu(model).at(profile)));
+      }
+    }
+    return whole + balanced;
+  }
+  bool Fits(const Choice& choice) {
+    std::map<int, int> counts = used_[choice.model];
+    for (const auto& [profile, n] : choice.instances) counts[profile] += n;
+    auto it = fleet_->find(choice.model->id);
+    return it != fleet_->end() && Gpus(*choice.model, counts) <= it->second.count;
+  }
+  void Take(const Choice& choice) {
+    for (const auto& [profile, n] : choice.instances) used_[choice.model][profile] += n;
+  }
+  // Picks the cheapest choice that fits the fleet, else the cheapest; nullptr when none.
+  const Choice* Pick(std::vector<Choice>& choices) {
+    std::stable_sort(choices.begin(), choices.end(),
+                     [](const Choice& a, const Choice& b) { return a.cost < b.cost - kEps; });
+    for (const Choice& choice : choices) {
+      if (Fits(choice)) return &choice;
+    }
+    return choices.empty() ? nullptr : &choices.front();
+  }
+  // GPUs and cost per hour per model.
+  void Totals(std::map<std::string, int>* gpus, double* cost_per_hour) {
+    for (const auto& [model, counts] : used_) {
+      const ModelFleet& fleet = fleet_->at(model->id);
+      int whole = 0;
+      for (const auto& [profile, n] : counts) whole += IsWhole(profile) ? n : 0;
+      const int all = Gpus(*model, counts);
+      (*gpus)[model->id] += all;
+      *cost_per_hour += whole * fleet.cheapest + (all - whole) * fleet.cheapest_mig;
     }
   }
+
+ private:
+  const std::map<std::string, ModelFleet>* fleet_;
+  bool balanced_;
+  std::map<const hw::GpuModel*, std::map<int, int>> per_gpu_;
+  std::map<const hw::GpuModel*, std::map<int, int>> used_;
+};
+
+// One instance per whole GPU, on each model the workload has a whole-GPU option on.
+std::vector<Choice> WholeGpuChoices(const WorkloadSizing& sizing,
+                                    const std::map<std::string, ModelFleet>& fleet) {
+  std::vector<Choice> choices;
+  for (const SizedOption& option : sizing.options) {
+    if (!IsWhole(option.profile) || option.model == nullptr || option.capacity <= 0) continue;
+    auto it = fleet.find(option.model->id);
+    if (it == fleet.end() || it->second.count == 0) continue;
+    int n = sizing.by_throughput ? CeilCount(sizing.demand / option.capacity)
+                                 : CeilCount(sizing.demand);
+    n = std::max(n, sizing.min_instances);
+    choices.push_back({option.model, {{kWholeGpu, n}}, n * it->second.cheapest});
+  }
+  return choices;
+}
+
+// Covers a workload greedily with the instances of `model`'s all-balanced layout: replicas on the
+// smallest one; throughput on the one with the most throughput per GPU share, the remainder on the
+// smallest share that covers it; then up to min_instances with the smallest.
+Choice BalancedChoice(const WorkloadSizing& sizing, const hw::GpuModel& model,
+                      const ModelFleet& fleet, const std::map<int, int>& per_gpu) {
+  std::vector<std::pair<const SizedOption*, double>> candidates;  // option, GPU share
+  for (const SizedOption& option : sizing.options) {
+    if (option.model != &model || option.capacity <= 0 || IsWhole(option.profile)) continue;
+    auto it = per_gpu.find(option.profile);
+    if (it != per_gpu.end()) candidates.emplace_back(&option, 1.0 / it->second);
+  }
   Choice choice;
-  if (candidates.empty() || !std::isfinite(cost)) return choice;
+  if (candidates.empty() || !std::isfinite(fleet.cheapest_mig)) return choice;
   std::map<int, int> counts;
   auto smallest =
       std::min_element(candidates.begin(), candidates.end(),
@@ -294,10 +356,29 @@ Choice BalancedChoice(const WorkloadSizing& sizing, const hw::GpuModel& model,
   choice.cost = 0;
   for (const auto& [profile, n] : counts) {
     choice.instances.emplace_back(profile, n);
-    const double fraction = mig ? 1.0 / balanced.at(profile) : 1.0;
-    choice.cost += n * fraction * cost;
+    choice.cost += n * fleet.cheapest_mig / per_gpu.at(profile);
   }
   return choice;
+}
+
+// The plan's own instances of workload `w`, one whole GPU each, on the models it was planned on
+// (for a workload the baseline's rule has no option for).
+std::vector<Choice> PlannedAsWhole(const PlanResult& plan, int w,
+                                   const std::map<std::string, ModelFleet>& fleet) {
+  std::map<const hw::GpuModel*, int> per_model;
+  for (const PlannedGpu& gpu : plan.gpus) {
+    for (const PlannedInstance& instance : gpu.instances) {
+      if (instance.workload == w && gpu.model != nullptr) ++per_model[gpu.model];
+    }
+  }
+  std::vector<Choice> choices;
+  for (const auto& [model, n] : per_model) {
+    auto it = fleet.find(model->id);
+    if (it == fleet.end()) continue;
+    Choice choice{model, {{kWholeGpu, n}}, n * it->second.cheapest};
+    choices.push_back(choice);
+  }
+  return choices;
 }
 
 struct BaselineInput {
@@ -308,9 +389,10 @@ struct BaselineInput {
   std::map<std::string, ModelFleet> by_model;
 };
 
-// Per-model GPU counts into a Baseline.
-void FinishBaseline(const BaselineInput& in, const std::map<std::string, int>& gpus_by_model,
-                    const Report& report, Baseline* baseline) {
+void FinishBaseline(const BaselineInput& in, Usage& usage, const Report& report,
+                    Baseline* baseline) {
+  std::map<std::string, int> gpus_by_model;
+  usage.Totals(&gpus_by_model, &baseline->cost_per_hour);
   for (const auto& [model, n] : gpus_by_model) {
     if (n == 0) continue;
     baseline->gpus_by_model.emplace_back(model, n);
@@ -327,41 +409,26 @@ void FinishBaseline(const BaselineInput& in, const std::map<std::string, int>& g
   }
 }
 
-// Whole-GPU fallback for a workload with no whole-GPU option: one GPU per planned instance.
-void CountPlannedInstancesAsWhole(const PlanResult& plan, int w,
-                                  std::map<std::string, int>* gpus_by_model, double* cost,
-                                  const Fleet& fleet) {
-  for (const PlannedGpu& gpu : plan.gpus) {
-    for (const PlannedInstance& instance : gpu.instances) {
-      if (instance.workload != w || gpu.model == nullptr) continue;
-      ++(*gpus_by_model)[gpu.model->id];
-      *cost += UnitCost(fleet, gpu.cost_per_hour);
-    }
-  }
-}
-
 Baseline OnePerGpuBaseline(const BaselineInput& in, const Report& report) {
   Baseline baseline;
   baseline.name = "one-workload-per-GPU";
   baseline.description =
       "every replica on its own whole GPU (throughput workloads: demand / whole-GPU throughput, "
-      "rounded up), on the cheapest model the workload allows";
-  std::map<std::string, int> gpus_by_model;
+      "rounded up), on the cheapest model the workload allows that the fleet still has";
+  Usage usage(&in.by_model, /*balanced=*/false);
   const std::vector<Workload>& list = in.workloads->workloads;
   for (size_t w = 0; w < list.size() && w < in.plan->sizing.size(); ++w) {
     if (!(*in.placed)[w]) continue;
-    const Choice choice = WholeGpuChoice(in.plan->sizing[w], in.by_model);
-    if (choice.model == nullptr) {
-      CountPlannedInstancesAsWhole(*in.plan, Int(w), &gpus_by_model, &baseline.cost_per_hour,
-                                   *in.fleet);
+    std::vector<Choice> choices = WholeGpuChoices(in.plan->sizing[w], in.by_model);
+    if (choices.empty()) {
+      choices = PlannedAsWhole(*in.plan, Int(w), in.by_model);
       baseline.notes.push_back(list[w].name +
-                               ": no whole-GPU option; counted as one GPU per planned instance");
-      continue;
+                               ": sized for slices only; counted as one whole GPU per planned "
+                               "instance");
     }
-    gpus_by_model[choice.model->id] += choice.instances.front().second;
-    baseline.cost_per_hour += choice.cost;
+    if (const Choice* choice = usage.Pick(choices)) usage.Take(*choice);
   }
-  FinishBaseline(in, gpus_by_model, report, &baseline);
+  FinishBaseline(in, usage, report, &baseline);
   return baseline;
 }
 
@@ -370,69 +437,46 @@ Baseline BalancedBaseline(const BaselineInput& in, const Report& report) {
   baseline.name = "all-balanced";
   baseline.description =
       "mig-parted's all-balanced layout on every MIG GPU; each workload uses the instances of that "
-      "layout on its cheapest model (models without MIG count whole GPUs)";
-  std::map<const hw::GpuModel*, std::map<int, int>> instances;  // model -> profile -> count
-  std::map<const hw::GpuModel*, std::map<int, int>> balanced_of;
+      "layout on its cheapest model that the fleet still has (models without MIG count whole "
+      "GPUs)";
+  Usage usage(&in.by_model, /*balanced=*/true);
   const std::vector<Workload>& list = in.workloads->workloads;
   for (size_t w = 0; w < list.size() && w < in.plan->sizing.size(); ++w) {
     if (!(*in.placed)[w]) continue;
     const WorkloadSizing& sizing = in.plan->sizing[w];
-    Choice best;
+    std::vector<Choice> choices;
     std::set<const hw::GpuModel*> seen;
     for (const SizedOption& option : sizing.options) {
       if (option.model == nullptr || !seen.insert(option.model).second) continue;
       auto fleet = in.by_model.find(option.model->id);
       if (fleet == in.by_model.end() || fleet->second.count == 0) continue;
-      if (balanced_of.count(option.model) == 0)
-        balanced_of[option.model] = BalancedCounts(*option.model);
-      Choice choice =
-          BalancedChoice(sizing, *option.model, fleet->second, balanced_of[option.model]);
-      if (choice.model != nullptr && choice.cost < best.cost - kEps) best = std::move(choice);
-    }
-    if (best.model == nullptr) {
-      // The layout has no instance this workload fits: those GPUs would be kept whole.
-      best = WholeGpuChoice(sizing, in.by_model);
-      if (best.model == nullptr) {
-        std::map<std::string, int> whole;
-        double cost = 0;
-        CountPlannedInstancesAsWhole(*in.plan, Int(w), &whole, &cost, *in.fleet);
-        for (const auto& [id, n] : whole) {
-          for (const SizedOption& option : sizing.options) {
-            if (option.model != nullptr && option.model->id == id) {
-              instances[option.model][kWholeGpu] += n;
-              break;
-            }
-          }
+      if (usage.Balanced(*option.model)) {
+        Choice choice =
+            BalancedChoice(sizing, *option.model, fleet->second, usage.PerGpu(*option.model));
+        if (choice.model != nullptr) choices.push_back(std::move(choice));
+      } else {
+        for (Choice& choice : WholeGpuChoices(sizing, in.by_model)) {
+          if (choice.model == option.model) choices.push_back(std::move(choice));
         }
+      }
+    }
+    if (choices.empty()) {
+      // No instance of the layout holds it: those GPUs would be kept whole.
+      choices = WholeGpuChoices(sizing, in.by_model);
+      if (choices.empty()) {
+        choices = PlannedAsWhole(*in.plan, Int(w), in.by_model);
         baseline.notes.push_back(list[w].name +
-                                 ": fits no all-balanced instance and has no whole-GPU option; "
-                                 "counted as one GPU per planned instance");
-        continue;
+                                 ": fits no all-balanced instance and no whole GPU option; "
+                                 "counted as one whole GPU per planned instance");
+      } else {
+        baseline.notes.push_back(list[w].name +
+                                 ": fits no instance of the all-balanced layout; counted on "
+                                 "whole GPUs (kept out of MIG)");
       }
-      baseline.notes.push_back(list[w].name +
-                               ": fits no instance of the all-balanced layout; counted on whole "
-                               "GPUs (kept out of MIG)");
     }
-    for (const auto& [profile, n] : best.instances) instances[best.model][profile] += n;
+    if (const Choice* choice = usage.Pick(choices)) usage.Take(*choice);
   }
-  std::map<std::string, int> gpus_by_model;
-  for (const auto& [model, counts] : instances) {
-    const ModelFleet& fleet = in.by_model.at(model->id);
-    int whole = 0;
-    int balanced_gpus = 0;
-    for (const auto& [profile, n] : counts) {
-      if (IsWhole(profile)) {
-        whole += n;
-        continue;
-      }
-      const std::map<int, int>& per_gpu = balanced_of[model];
-      balanced_gpus =
-          std::max(balanced_gpus, CeilCount(static_cast<double>(n) / per_gpu.at(profile)));
-    }
-    gpus_by_model[model->id] += whole + balanced_gpus;
-    baseline.cost_per_hour += whole * fleet.cheapest + balanced_gpus * fleet.cheapest_mig;
-  }
-  FinishBaseline(in, gpus_by_model, report, &baseline);
+  FinishBaseline(in, usage, report, &baseline);
   return baseline;
 }
 
@@ -613,8 +657,8 @@ void BuildChecklist(const PlanResult& plan, const WorkloadSet& workloads, const 
     } else {
       answer = std::to_string(report->gpus_with_free_capacity) + " of " +
                std::to_string(report->mig_gpus) + " MIG GPUs have room for more instances; " +
-               std::to_string(report->gpus_with_unusable_units) +
-               " have free memory slices no profile can use";
+               Plural(report->gpus_with_unusable_units, "has", "have") +
+               " free memory slices no profile can use";
     }
     add("stranded_capacity", "Capacity the layouts leave stranded", answer, std::nullopt);
   }

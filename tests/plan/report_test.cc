@@ -276,6 +276,42 @@ TEST(Report, BalancedFallsBackToWholeGpusForWorkloadsItCannotHold) {
   EXPECT_EQ(full->favours_mig, false);
 }
 
+TEST(Report, BaselinesUseTheFleetTheyHave) {
+  // The L4 is the cheapest whole GPU, but the fleet has one: one per GPU puts the three replicas
+  // on A100s, and all-balanced on two A100s (two 1g.10gb each).
+  const hw::GpuModel& a100 = Model("A100-80GB");
+  const hw::GpuModel& l4 = Model("L4");
+  WorkloadSet workloads;
+  workloads.workloads.push_back(Replicas("small", "t", 3, 8));
+  Fleet fleet;
+  Node node;
+  node.name = "n";
+  node.gpus.push_back({"L4", 1, 0.5, true, ""});
+  node.gpus.push_back({"A100-80GB", 4, 2.0, true, ""});
+  fleet.nodes.push_back(node);
+  PlanResult plan;
+  plan.sizing.push_back(
+      ReplicaSizing(3, {Option(a100, "1g.10gb", 1), Option(a100, "", 1), Option(l4, "", 1)}));
+  PlannedGpu gpu = Gpu(0, 1, a100, 2.0);
+  for (int start = 0; start < 3; ++start) Put(gpu, P(a100, "1g.10gb"), start, 0, 1);
+  plan.gpus = {Gpu(0, 0, l4, 0.5), gpu, Gpu(0, 2, a100, 2.0), Gpu(0, 3, a100, 2.0),
+               Gpu(0, 4, a100, 2.0)};
+  const Report report = BuildReport(plan, workloads, fleet);
+  const Baseline& one = FindBaseline(report, "one-workload-per-GPU");
+  EXPECT_THAT(one.gpus_by_model, ElementsAre(Pair("A100-80GB", 3)));
+  EXPECT_DOUBLE_EQ(one.cost_per_hour, 6.0);
+  EXPECT_FALSE(one.exceeds_fleet);
+  const Baseline& balanced = FindBaseline(report, "all-balanced");
+  EXPECT_THAT(balanced.gpus_by_model, ElementsAre(Pair("A100-80GB", 2)));
+  EXPECT_DOUBLE_EQ(balanced.cost_per_hour, 4.0);
+  EXPECT_EQ(balanced.gpus_saved, 1);
+  // With enough L4s, both baselines take them (0.5 per replica beats an A100 share of 1.0).
+  fleet.nodes[0].gpus[0].count = 3;
+  const Report more = BuildReport(plan, workloads, fleet);
+  EXPECT_THAT(FindBaseline(more, "one-workload-per-GPU").gpus_by_model, ElementsAre(Pair("L4", 3)));
+  EXPECT_THAT(FindBaseline(more, "all-balanced").gpus_by_model, ElementsAre(Pair("L4", 3)));
+}
+
 TEST(Report, Utilisation) {
   const Scenario s = MixedScenario();
   const Report report = BuildReport(s.plan, s.workloads, s.fleet);
