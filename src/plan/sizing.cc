@@ -106,7 +106,7 @@ int FullSizeProfile(const hw::GpuModel& model) {
 
 std::string MemoryText(const Workload& workload, const Requirement& req) {
   return absl::StrCat(Num(workload.peak_memory_gib), " GiB peak + ", Num(req.headroom * 100),
-                      "% = ", absl::StrFormat("%.1f", req.memory_gib), " GiB");
+                      "% = ", absl::StrFormat("%.2f", req.memory_gib), " GiB");
 }
 
 }  // namespace
