@@ -81,5 +81,6 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddApplyCommands(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddStatusCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddDoctorCommand(CLI::App& app, const GlobalOptions& global, Action* action);
+void AddPlanCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 
 }  // namespace gpuslice::cli

@@ -18,7 +18,9 @@ int main(int argc, char** argv) {
       "  gpuslice assert -f mig.yaml -c NAME  check it is applied\n"
       "  gpuslice export                      the current layout as a mig-parted config\n"
       "  gpuslice status                      instances, UUIDs, memory and processes per GPU\n"
-      "  gpuslice doctor                      pre-deployment checklist for this node\n",
+      "  gpuslice doctor                      pre-deployment checklist for this node\n\n"
+      "Plan a fleet:\n"
+      "  gpuslice plan -w workloads.yaml -f fleet.yaml -o out   layouts, cost, savings, configs\n",
       "gpuslice");
   app.require_subcommand(1);
   app.set_version_flag("--version", "gpuslice 0.1.0");
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
   AddApplyCommands(app, global, &action);
   AddStatusCommand(app, global, &action);
   AddDoctorCommand(app, global, &action);
+  AddPlanCommand(app, global, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
