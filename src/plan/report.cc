@@ -64,20 +64,6 @@ std::string JoinNames(const std::vector<std::string>& names, size_t limit = 6) {
   return text;
 }
 
-std::string KindName(WorkloadKind kind) {
-  switch (kind) {
-    case WorkloadKind::kInference:
-      return "inference";
-    case WorkloadKind::kNotebook:
-      return "notebook";
-    case WorkloadKind::kBatch:
-      return "batch";
-    case WorkloadKind::kFineTune:
-      return "fine-tune";
-  }
-  return "inference";
-}
-
 bool IsWhole(int profile) { return profile == kWholeGpu; }
 
 std::string ProfileName(const hw::GpuModel& model, int profile) {
@@ -744,6 +730,7 @@ Report BuildReport(const PlanResult& plan, const WorkloadSet& workloads, const F
       out.memory_gib = InstanceMemoryGib(model, instance.profile);
       out.capacity = instance.capacity;
       out.batch = instance.batch;
+      out.kept = instance.kept;
       gpu.compute_slices_used += out.compute_slices;
       if (instance.workload >= 0 && Index(instance.workload) < n) {
         const size_t w = Index(instance.workload);
@@ -802,7 +789,7 @@ Report BuildReport(const PlanResult& plan, const WorkloadSet& workloads, const F
     ReportWorkload out;
     out.name = workload.name;
     out.tenant = workload.tenant;
-    out.kind = KindName(workload.kind);
+    out.kind = std::string(ToString(workload.kind));
     if (w < plan.sizing.size()) {
       const WorkloadSizing& sizing = plan.sizing[w];
       out.by_throughput = sizing.by_throughput;
@@ -1035,8 +1022,14 @@ std::string RenderText(const Report& report, const TextOptions& options) {
   // Plan.
   out += "\nPlan\n";
   {
-    TextTable table({"NODE", "GPU", "MODEL", "MODE", "INSTANCE", "START", "GI", "WORKLOAD",
-                     "TENANT", "CAPACITY"});
+    bool any_kept = false;
+    for (const ReportGpu& gpu : report.gpus) {
+      for (const ReportInstance& instance : gpu.instances) any_kept = any_kept || instance.kept;
+    }
+    std::vector<std::string> header = {"NODE",  "GPU", "MODEL",    "MODE",   "INSTANCE",
+                                       "START", "GI",  "WORKLOAD", "TENANT", "CAPACITY"};
+    if (any_kept) header.push_back("RE-PLAN");
+    TextTable table(header);
     table.RightAlign(1);
     table.RightAlign(5);
     table.RightAlign(6);
@@ -1062,7 +1055,7 @@ std::string RenderText(const Report& report, const TextOptions& options) {
                    first ? gpu.model : "", first ? (gpu.mig_enabled ? "MIG" : "whole") : "",
                    instance.profile, instance.gi_id >= 0 ? std::to_string(instance.start) : "",
                    instance.gi_id >= 0 ? std::to_string(instance.gi_id) : "", instance.workload,
-                   instance.tenant, capacity});
+                   instance.tenant, capacity, instance.kept ? "kept" : "new"});
         first = false;
       }
     }
@@ -1256,7 +1249,8 @@ nlohmann::json ToJson(const Report& report) {
                            {"workload", i.workload},
                            {"tenant", i.tenant},
                            {"capacity", Round(i.capacity, 4)},
-                           {"batch", i.batch}});
+                           {"batch", i.batch},
+                           {"kept", i.kept}});
     }
     gpus.push_back({{"node", gpu.node},
                     {"gpu", gpu.index},

@@ -523,6 +523,19 @@ TEST(Report, TextHasEverySection) {
   EXPECT_THAT(RenderText(report, {.explanations = false}), Not(HasSubstr("sized by hand")));
 }
 
+TEST(Report, ReplannedInstancesAreMarked) {
+  Scenario s = MixedScenario();
+  EXPECT_THAT(RenderText(BuildReport(s.plan, s.workloads, s.fleet)), Not(HasSubstr("RE-PLAN")));
+  s.plan.gpus[0].instances[0].kept = true;
+  const Report report = BuildReport(s.plan, s.workloads, s.fleet);
+  EXPECT_TRUE(report.gpus[0].instances[0].kept);
+  EXPECT_FALSE(report.gpus[0].instances[1].kept);
+  const std::string text = RenderText(report);
+  EXPECT_THAT(text, HasSubstr("RE-PLAN"));
+  EXPECT_THAT(text, HasSubstr("chat            1  kept"));
+  EXPECT_EQ(ToJson(report)["gpus"][0]["instances"][0]["kept"], true);
+}
+
 TEST(Report, JsonAndYaml) {
   const Scenario s = MixedScenario();
   const Report report = BuildReport(s.plan, s.workloads, s.fleet);

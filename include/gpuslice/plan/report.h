@@ -39,6 +39,7 @@ struct ReportInstance {
   std::string tenant;
   double capacity = 0;  // replicas (1) or req/s this instance covers
   int batch = 0;        // operating point of throughput workloads; 0 otherwise
+  bool kept = false;    // re-planning: a running instance that stays as it is
 };
 
 // One GPU of the fleet as planned.
