@@ -14,6 +14,10 @@ if [[ $# -lt 1 || "$1" == -* ]]; then
   echo "  DIR: ParvaGPU's A100-80GB profiles and SLO files, e.g. ../shared/data/parvagpu-a100-80gb" >&2
   exit 2
 fi
+if [[ ! -d "$1" ]]; then
+  echo "bench/parvagpu.sh: $1 is not a directory" >&2
+  exit 2
+fi
 dir=$(cd "$1" && pwd)
 shift
 cd "$(dirname "$0")/.."

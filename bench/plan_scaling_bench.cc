@@ -32,6 +32,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpuslice/geometry/enumerate.h"
@@ -489,8 +490,12 @@ plan::WorkloadSet MakeWorkloads(int count, const std::vector<Family>& families,
     }
     if (unit(rng) < 0.15) {
       const auto& models = kRestrictions[Pick(rng, kRestrictions.size())];
-      // Only restrictions the workload can live with.
-      if (LargestGib(models, catalog) >= w.peak_memory_gib * (1 + headroom)) w.gpu_models = models;
+      // Only restrictions the workload can live with: a whole GPU holds it (notebooks, which only
+      // get small profiles, are never restricted).
+      if (w.kind != plan::WorkloadKind::kNotebook &&
+          LargestGib(models, catalog) >= w.peak_memory_gib * (1 + headroom)) {
+        w.gpu_models = models;
+      }
     }
     set.workloads.push_back(std::move(w));
   }
@@ -517,7 +522,9 @@ struct RunResult {
   double gap_pct = 0;  // (cost - bound) / bound
   bool proven = false;
   int unplaced = 0;
+  int unsatisfiable = 0;  // of the unplaced: no sizing option at all (an input property)
   std::vector<std::string> unplaced_why;  // "w00012: reason", the first few
+  std::string used_by_type;               // "H100-80GB 120/270, ..." (MIG-disabled pools apart)
   std::vector<std::string> problems;      // CheckPlan
   std::vector<std::string> notes;
 };
@@ -571,6 +578,26 @@ RunResult RunOne(const plan::WorkloadSet& workloads, const plan::Fleet& fleet,
   run.gap_pct = run.lower_bound > 0 ? 100.0 * (run.cost - run.lower_bound) / run.lower_bound : 0;
   run.proven = result->proven_optimal;
   run.unplaced = static_cast<int>(result->unplaced.size());
+  for (const auto& [w, why] : result->unplaced) {
+    const bool known = w >= 0 && static_cast<size_t>(w) < result->sizing.size();
+    if (known && !result->sizing[static_cast<size_t>(w)].unsatisfiable.empty()) {
+      ++run.unsatisfiable;
+    }
+  }
+  std::vector<std::tuple<std::string, int, int>> by_type;  // name, used, total
+  for (const auto& gpu : result->gpus) {
+    const std::string name = (gpu.model != nullptr ? gpu.model->id : std::string("?")) +
+                             (gpu.mig_allowed ? "" : "(whole)");
+    auto it = std::find_if(by_type.begin(), by_type.end(),
+                           [&](const auto& t) { return std::get<0>(t) == name; });
+    if (it == by_type.end()) it = by_type.insert(by_type.end(), {name, 0, 0});
+    std::get<1>(*it) += gpu.used ? 1 : 0;
+    ++std::get<2>(*it);
+  }
+  for (const auto& [name, used, total] : by_type) {
+    run.used_by_type += (run.used_by_type.empty() ? "" : ", ") + name + " " + std::to_string(used) +
+                        "/" + std::to_string(total);
+  }
   for (const auto& [w, why] : result->unplaced) {
     if (run.unplaced_why.size() >= 5) break;
     const bool known = w >= 0 && static_cast<size_t>(w) < workloads.workloads.size();
@@ -682,21 +709,24 @@ int Run(const Options& options) {
     char detail[160];
     if (run.mode == "exact" && run.gpus <= kExactMaxGpus) {
       exact.applicable = true;
-      const bool met = run.ok && run.proven && run.unplaced == 0 && run.plan_s <= kExactTargetS;
+      const bool met =
+          run.ok && run.proven && run.unplaced == run.unsatisfiable && run.plan_s <= kExactTargetS;
       exact.met = exact.met && met;
-      std::snprintf(detail, sizeof detail, "%s%d GPUs: %s in %.2f s, %d unplaced",
+      std::snprintf(detail, sizeof detail, "%s%d GPUs: %s in %.2f s, %d unplaced for lack of room",
                     exact.detail.empty() ? "" : "; ", run.gpus,
-                    run.proven ? "proven" : "not proven", run.plan_s, run.unplaced);
+                    run.proven ? "proven" : "not proven", run.plan_s,
+                    run.unplaced - run.unsatisfiable);
       exact.detail += detail;
     }
     if (run.mode == "fast" && run.gpus >= kFastTargetGpus) {
       fast.applicable = true;
-      const bool met = run.ok && run.unplaced == 0 && run.plan_s <= kFastTargetS &&
+      const bool met = run.ok && run.unplaced == run.unsatisfiable && run.plan_s <= kFastTargetS &&
                        run.gap_pct <= kFastTargetGapPct;
       fast.met = fast.met && met;
-      std::snprintf(detail, sizeof detail, "%s%d GPUs: gap %.2f%% in %.2f s, %d unplaced",
+      std::snprintf(detail, sizeof detail,
+                    "%s%d GPUs: gap %.2f%% in %.2f s, %d unplaced for lack of room",
                     fast.detail.empty() ? "" : "; ", run.gpus, run.gap_pct, run.plan_s,
-                    run.unplaced);
+                    run.unplaced - run.unsatisfiable);
       fast.detail += detail;
     }
   }
@@ -730,7 +760,9 @@ int Run(const Options& options) {
       j["gap_pct"] = run.gap_pct;
       j["proven_optimal"] = run.proven;
       j["unplaced"] = run.unplaced;
+      j["unsatisfiable"] = run.unsatisfiable;
       j["unplaced_first"] = run.unplaced_why;
+      j["used_by_type"] = run.used_by_type;
       j["check_plan_problems"] = run.problems;
       j["notes"] = run.notes;
       out["runs"].push_back(std::move(j));
@@ -751,9 +783,9 @@ int Run(const Options& options) {
       static_cast<unsigned long long>(options.seed),
       options.data_dir.empty() ? "generated" : options.data_dir.c_str(),
       options.uniform_cost ? "uniform" : "list prices", options.time_limit_s);
-  std::printf("%9s %6s %5s %7s %7s %7s %6s %11s %11s %7s %6s %8s %7s %s\n", "workloads", "gpus",
+  std::printf("%9s %6s %5s %7s %7s %7s %6s %11s %11s %7s %6s %8s %6s %7s %s\n", "workloads", "gpus",
               "mode", "plan_s", "solve_s", "check_s", "used", "cost/h", "bound/h", "gap%", "proven",
-              "unplaced", "check", "notes");
+              "unplaced", "unsat", "check", "notes");
   for (const auto& run : runs) {
     if (!run.ok) {
       std::printf("%9d %6d %5s %7.2f  Plan failed: %s\n", run.workloads, run.gpus, run.mode.c_str(),
@@ -762,10 +794,17 @@ int Run(const Options& options) {
     }
     std::string notes;
     for (const auto& note : run.notes) notes += (notes.empty() ? "" : "; ") + note;
-    std::printf("%9d %6d %5s %7.2f %7.2f %7.2f %6d %11.2f %11.2f %7.2f %6s %8d %7s %s\n",
+    std::printf("%9d %6d %5s %7.2f %7.2f %7.2f %6d %11.2f %11.2f %7.2f %6s %8d %6d %7s %s\n",
                 run.workloads, run.gpus, run.mode.c_str(), run.plan_s, run.solve_s, run.check_s,
                 run.gpus_used, run.cost, run.lower_bound, run.gap_pct, run.proven ? "yes" : "no",
-                run.unplaced, run.problems.empty() ? "ok" : "FAILED", notes.c_str());
+                run.unplaced, run.unsatisfiable, run.problems.empty() ? "ok" : "FAILED",
+                notes.c_str());
+  }
+  for (const auto& run : runs) {
+    if (run.ok) {
+      std::printf("used GPUs (%d workloads, %s): %s\n", run.workloads, run.mode.c_str(),
+                  run.used_by_type.c_str());
+    }
   }
   for (const auto& run : runs) {
     for (const auto& why : run.unplaced_why) {
@@ -781,6 +820,10 @@ int Run(const Options& options) {
                   run.mode.c_str(), run.problems.size());
     }
   }
+  std::printf(
+      "unplaced: workloads left out of the plan; unsat: of those, the ones with no sizing option"
+      " at all (the rest lacked room); gap: (cost - bound) / bound, where the bound is the LP"
+      " relaxation (fast) or CBC's best bound (exact)\n");
   for (const Target* target : targets) {
     if (!target->applicable) continue;
     std::printf("target: %s: %s (%s)\n", target->name.c_str(), target->met ? "MET" : "MISSED",
