@@ -979,7 +979,8 @@ std::string LossText(const Report& report, const Loss& loss) {
 std::string RenderText(const Report& report, const TextOptions& options) {
   std::string out;
   const std::string cost_unit =
-      report.costs_given ? report.currency : "GPU (no costs given: 1 per GPU-hour)";
+      report.costs_given ? report.currency
+                         : "no costs given: every GPU counts 1 per hour, so costs are GPU-hours";
   out += "gpuslice plan: " + Plural(Int(report.workloads.size()), "workload", "workloads") +
          " on " + Plural(report.gpus_in_fleet, "GPU", "GPUs") + " in " +
          Plural(report.nodes, "node", "nodes") + ".\n";
@@ -1070,7 +1071,8 @@ std::string RenderText(const Report& report, const TextOptions& options) {
   {
     const std::string per_month = report.costs_given ? "PER MONTH" : "GPU-HOURS/MONTH";
     TextTable table({"", "GPUS", report.costs_given ? "PER HOUR" : "GPUS/HOUR", per_month,
-                     "PLAN SAVES/MONTH", "GPUS SAVED"});
+                     report.costs_given ? "PLAN SAVES/MONTH" : "GPU-HOURS SAVED/MONTH",
+                     "GPUS SAVED"});
     for (size_t c = 1; c < 6; ++c) table.RightAlign(c);
     table.Add({"this plan", std::to_string(report.gpus_used), Money(report, report.cost_per_hour),
                Money(report, report.cost_per_month), "", ""});
