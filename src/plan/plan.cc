@@ -162,7 +162,16 @@ class Planner {
   void ReduceSurplus(std::vector<std::vector<int>>& counts) const;
   // GPUs per (type, config) that hold `counts`, starting from floor(x) of `values`.
   std::vector<std::vector<int>> PackGpus(const std::vector<std::vector<int>>& counts,
-                                         const std::vector<double>* values) const;
+                                         const std::vector<double>* values,
+                                         std::map<Slot, int>* shortfall = nullptr) const;
+  // The cheapest GPUs (configs per type) that hold exactly `counts`, solved as an integer program
+  // with the instance counts fixed; nullopt when they do not fit or the solver runs out of time.
+  std::optional<std::vector<std::vector<int>>> PackOptimal(
+      const std::vector<std::vector<int>>& counts, double time_limit_s) const;
+  // Moves instances off (model, profile) kinds the fleet has no room left for, to options on
+  // other models; false when nothing could be moved.
+  bool ShiftShortfall(std::vector<std::vector<int>>& counts,
+                      const std::map<Slot, int>& shortfall) const;
   double CostOf(const std::vector<std::vector<int>>& gpus) const;
   // The program's objective (GPU cost plus penalties for what is left unplaced).
   double Objective(const std::vector<std::vector<int>>& counts,
@@ -432,6 +441,22 @@ void Planner::BuildProgram() {
         count.emplace_back(demand.slack_column, demand.min_instances);
         program_.AddRow(std::move(count), demand.min_instances, internal::kInfinity);
       }
+      // Rounding cuts (Chvatal-Gomory): in units of any option's capacity u, each instance counts
+      // ceil(capacity / u) and together they need ceil(demand / u). Valid for integer instance
+      // counts, and they stop the relaxation from buying 1.07 instances.
+      std::set<double> units;
+      for (const SizedOption& option : demand.options) units.insert(option.capacity);
+      for (double unit : units) {
+        const double needed = std::ceil(demand.demand / unit - kEps);
+        if (needed <= 1) continue;  // implied by the cover row
+        std::vector<std::pair<int, double>> cut;
+        for (size_t o = 0; o < demand.options.size(); ++o) {
+          cut.emplace_back(demand.y_columns[o],
+                           std::ceil(demand.options[o].capacity / unit - kEps));
+        }
+        cut.emplace_back(demand.slack_column, needed);
+        program_.AddRow(std::move(cut), needed, internal::kInfinity);
+      }
     } else {
       demand.slack_column = program_.AddColumn(penalty_, 0, demand.demand, true);
       cover.emplace_back(demand.slack_column, 1.0);
@@ -617,7 +642,8 @@ void Planner::ReduceSurplus(std::vector<std::vector<int>>& counts) const {
 }
 
 std::vector<std::vector<int>> Planner::PackGpus(const std::vector<std::vector<int>>& counts,
-                                                const std::vector<double>* values) const {
+                                                const std::vector<double>* values,
+                                                std::map<Slot, int>* shortfall) const {
   std::vector<std::vector<int>> gpus(types_.size());
   std::map<Slot, int> need;
   for (size_t k = 0; k < classes_.size(); ++k) {
@@ -681,7 +707,102 @@ std::vector<std::vector<int>> Planner::PackGpus(const std::vector<std::vector<in
     if (best_t < 0) break;
     take(static_cast<size_t>(best_t), static_cast<size_t>(best_i), 1);
   }
+  if (shortfall != nullptr) {
+    shortfall->clear();
+    for (const auto& [slot, missing] : need) {
+      if (missing > 0) (*shortfall)[slot] = missing;
+    }
+  }
   return gpus;
+}
+
+std::optional<std::vector<std::vector<int>>> Planner::PackOptimal(
+    const std::vector<std::vector<int>>& counts, double time_limit_s) const {
+  LinearProgram fixed = program_;
+  std::vector<std::vector<int>> none(types_.size());
+  for (size_t t = 0; t < types_.size(); ++t) none[t].assign(types_[t].configs.size(), 0);
+  const std::vector<double> values = StartVector(counts, none);
+  for (const DemandClass& demand : classes_) {
+    for (int column : demand.y_columns) {
+      fixed.col_lower_[static_cast<size_t>(column)] = values[static_cast<size_t>(column)];
+      fixed.col_upper_[static_cast<size_t>(column)] = values[static_cast<size_t>(column)];
+    }
+    const size_t slack = static_cast<size_t>(demand.slack_column);
+    fixed.col_lower_[slack] = fixed.col_upper_[slack] = values[slack];
+  }
+  const Solution solution = internal::SolveMip(fixed, time_limit_s);
+  if (!solution.has_solution) return std::nullopt;
+  std::vector<std::vector<int>> gpus(types_.size());
+  for (size_t t = 0; t < types_.size(); ++t) {
+    for (int column : types_[t].x_columns) {
+      gpus[t].push_back(
+          static_cast<int>(std::llround(solution.values[static_cast<size_t>(column)])));
+    }
+  }
+  return gpus;
+}
+
+bool Planner::ShiftShortfall(std::vector<std::vector<int>>& counts,
+                             const std::map<Slot, int>& shortfall) const {
+  // GPU share missing per model. Work that can run elsewhere moves off that model, whatever its
+  // profile, so that the work that can only run there gets the room; the moves that cost least
+  // per share freed go first.
+  std::map<const hw::GpuModel*, double> missing;
+  for (const auto& [slot, count] : shortfall) {
+    missing[slot.first] += count * ShareOf(*slot.first, slot.second);
+  }
+  std::map<const hw::GpuModel*, double> price;  // cheapest GPU of each model
+  for (const GpuType& type : types_) {
+    auto [it, inserted] = price.emplace(type.model, type.cost);
+    if (!inserted) it->second = std::min(it->second, type.cost);
+  }
+  auto cost_per_capacity = [&](const SizedOption& option) {
+    return ShareOf(*option.model, option.profile) * price[option.model] / option.capacity;
+  };
+  struct Move {
+    double extra_cost_per_share;
+    size_t k, from, to;
+  };
+  std::vector<Move> moves;
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    const DemandClass& demand = classes_[k];
+    for (size_t o = 0; o < demand.options.size(); ++o) {
+      const SizedOption& option = demand.options[o];
+      if (!missing.count(option.model) || counts[k][o] == 0) continue;
+      int best = -1;
+      for (size_t a = 0; a < demand.options.size(); ++a) {
+        if (missing.count(demand.options[a].model)) continue;
+        if (best < 0 || cost_per_capacity(demand.options[a]) <
+                            cost_per_capacity(demand.options[static_cast<size_t>(best)])) {
+          best = static_cast<int>(a);
+        }
+      }
+      if (best < 0) continue;
+      const double extra = (cost_per_capacity(demand.options[static_cast<size_t>(best)]) -
+                            cost_per_capacity(option)) *
+                           option.capacity / ShareOf(*option.model, option.profile);
+      moves.push_back({extra, k, o, static_cast<size_t>(best)});
+    }
+  }
+  std::stable_sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) {
+    return a.extra_cost_per_share < b.extra_cost_per_share;
+  });
+  bool moved = false;
+  for (const Move& move : moves) {
+    const SizedOption& option = classes_[move.k].options[move.from];
+    double& share_left = missing[option.model];
+    if (share_left <= kEps) continue;
+    const SizedOption& alt = classes_[move.k].options[move.to];
+    const double share = ShareOf(*option.model, option.profile);
+    const int n =
+        std::min(counts[move.k][move.from], static_cast<int>(std::ceil(share_left / share - kEps)));
+    counts[move.k][move.from] -= n;
+    counts[move.k][move.to] +=
+        static_cast<int>(std::ceil(n * option.capacity / alt.capacity - kEps));
+    share_left -= n * share;
+    moved = true;
+  }
+  return moved;
 }
 
 double Planner::CostOf(const std::vector<std::vector<int>>& gpus) const {
@@ -954,7 +1075,18 @@ absl::StatusOr<PlanResult> Planner::Run() {
   }
   std::vector<std::vector<int>> counts = RoundInstances(lp.values);
   ReduceSurplus(counts);
-  std::vector<std::vector<int>> gpus = PackGpus(counts, &lp.values);
+  std::map<Slot, int> shortfall;
+  std::vector<std::vector<int>> gpus = PackGpus(counts, &lp.values, &shortfall);
+  if (auto packed = PackOptimal(counts, 1.0); packed && CostOf(*packed) < CostOf(gpus) - kEps) {
+    gpus = *std::move(packed);
+    shortfall.clear();
+  }
+  // Rounding may ask a model for more than the fleet has of it: move work to other models.
+  for (int round = 0; round < 8 && !shortfall.empty(); ++round) {
+    if (!ShiftShortfall(counts, shortfall)) break;
+    ReduceSurplus(counts);
+    gpus = PackGpus(counts, &lp.values, &shortfall);
+  }
   double bound = lp.objective;
   result_.solver = "lp-rounding";
 
