@@ -1,20 +1,35 @@
 #!/usr/bin/env bash
 # Quick start, part 1: set up, build, and run gpuslice's main job on useful examples:
 #   1. the MIG explorer: is a layout valid on an H100, where does each instance go;
-#   2. applying mig-parted configs to a simulated machine (no GPU needed): apply, change, status.
+#   2. applying mig-parted configs to a simulated machine (no GPU needed): apply, change, status;
+#   3. planning a fleet (examples/plan), then applying the plan of one node to a simulated copy of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh build >/dev/null
 g=./build/gpuslice
 run() { echo; echo "\$ gpuslice $*"; "$g" "$@"; }
+section() { echo; echo "== $*"; }
 
+section "1. The MIG explorer: is this H100 layout valid, and where does each instance go?"
 run check H100-80GB 3g.40gb,2g.20gb,1g.10gb,1g.10gb
 
+section "2. Apply mig-parted configs to a simulated machine (2x H100-80GB, 1x A100-40GB)"
 machine=$(mktemp -d)/machine.json
 run sim create "$machine" 2xH100-80GB,1xA100-40GB
 run apply --sim "$machine" -f examples/mig-config.yaml -c all-balanced
 run apply --sim "$machine" -f examples/mig-config.yaml -c inference
 run status --sim "$machine"
+
+section "3. Plan a fleet (examples/plan: 9 workloads, 2 nodes), then apply node gpu-a100-01's part"
+plan=$(mktemp -d)/plan
+run plan -w examples/plan/workloads.yaml -f examples/plan/fleet.yaml -o "$plan" --brief
+# A simulated copy of node gpu-a100-01 of examples/plan/fleet.yaml (4x A100-80GB, GPU 3 kept whole).
+node=$(mktemp -d)/gpu-a100-01.json
+run sim create "$node" 4xA100-80GB
+run apply --sim "$node" -f "$plan/mig-config.yaml" -c gpuslice-gpu-a100-01
+run assert --sim "$node" -f "$plan/mig-config.yaml" -c gpuslice-gpu-a100-01
+run status --sim "$node"
 echo
 echo "Try next: $g gpus | $g profiles A100-40GB | $g layouts H100-80GB --maximal | $g --help"
+echo "          $g plan -w examples/plan/workloads.yaml -f examples/plan/fleet.yaml --current $plan/assignment.json"
