@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -164,6 +165,17 @@ class Planner {
   std::vector<std::vector<int>> PackGpus(const std::vector<std::vector<int>>& counts,
                                          const std::vector<double>* values,
                                          std::map<Slot, int>* shortfall = nullptr) const;
+  // Lagrangian pricing with the LP's prices of instance kinds: every throughput class takes its
+  // cheapest integer cover at those prices (an exact small search), replica classes their
+  // cheapest option. Returns the counts, and sets `bound` to the Lagrangian lower bound, valid
+  // for any prices >= 0.
+  std::vector<std::vector<int>> PriceCovers(const Solution& lp, double* bound) const;
+  // Restricted master: each throughput class picks one of a few integer covers (its patterns),
+  // replica classes and GPUs stay as in the full program; solved by CBC within the time limit,
+  // looking only for plans cheaper than `cutoff`. False when it found none.
+  bool SolvePatterns(const std::vector<std::vector<std::vector<int>>>& patterns,
+                     double time_limit_s, double cutoff, std::vector<std::vector<int>>* counts,
+                     std::vector<std::vector<int>>* gpus) const;
   // The cheapest GPUs (configs per type) that hold exactly `counts`, solved as an integer program
   // with the instance counts fixed; nullopt when they do not fit or the solver runs out of time.
   std::optional<std::vector<std::vector<int>>> PackOptimal(
@@ -182,6 +194,9 @@ class Planner {
                    const std::vector<std::vector<int>>& gpus);
   // Empties lightly used MIG GPUs by moving their instances into free room on others.
   void Consolidate();
+  // Last resort for workloads the rounding left short: spare slots, free room on used GPUs,
+  // then unused GPUs, cheapest first.
+  void CompleteShort(std::vector<double>& covered, std::vector<int>& instances);
 
   const WorkloadSet& workloads_;
   const Fleet& fleet_;
@@ -196,7 +211,8 @@ class Planner {
   bool short_of_room_ = false;  // some workload did not fit the fleet
   // Re-planning: per fleet GPU, the running instances that stay (null for a fresh plan).
   const std::vector<std::vector<PlannedInstance>>* pinned_ = nullptr;
-  std::vector<double> remaining_;  // per workload: demand not covered by kept instances
+  std::vector<double> remaining_;    // per workload: demand not covered by kept instances
+  std::map<Slot, int> supply_rows_;  // row of each (model, profile) supply constraint
 
  public:
   void SetPinned(const std::vector<std::vector<PlannedInstance>>* pinned) { pinned_ = pinned; }
@@ -444,8 +460,20 @@ void Planner::BuildProgram() {
       // Rounding cuts (Chvatal-Gomory): in units of any option's capacity u, each instance counts
       // ceil(capacity / u) and together they need ceil(demand / u). Valid for integer instance
       // counts, and they stop the relaxation from buying 1.07 instances.
+      // Units: the capacities of the few most GPU-efficient options (the ones the relaxation
+      // buys fractions of). More cuts barely move the bound and slow the LP down.
+      std::vector<std::pair<double, double>> by_efficiency;
+      for (const SizedOption& option : demand.options) {
+        by_efficiency.emplace_back(option.capacity / ShareOf(*option.model, option.profile),
+                                   option.capacity);
+      }
+      std::sort(by_efficiency.rbegin(), by_efficiency.rend());
       std::set<double> units;
-      for (const SizedOption& option : demand.options) units.insert(option.capacity);
+      constexpr size_t max_cuts = 3;
+      for (const auto& [efficiency, capacity] : by_efficiency) {
+        if (units.size() >= max_cuts) break;
+        units.insert(capacity);
+      }
       for (double unit : units) {
         const double needed = std::ceil(demand.demand / unit - kEps);
         if (needed <= 1) continue;  // implied by the cover row
@@ -473,6 +501,7 @@ void Planner::BuildProgram() {
         if (it != config.counts.end()) terms.emplace_back(type.x_columns[i], -it->second);
       }
     }
+    supply_rows_[slot] = program_.rows();
     program_.AddRow(std::move(terms), -internal::kInfinity, 0);
   }
 }
@@ -716,6 +745,188 @@ std::vector<std::vector<int>> Planner::PackGpus(const std::vector<std::vector<in
   return gpus;
 }
 
+namespace {
+
+// The integer cover of `demand` by `options` with the least total `price`, needing at least
+// `min_instances` instances: depth-first search over options by price per capacity, pruned by
+// the fractional bound. Exact. Returns the counts and the price (infinity when nothing covers).
+struct CoverSearch {
+  const std::vector<double>& price;
+  const std::vector<double>& capacity;
+  double demand;
+  int min_instances;
+  std::vector<size_t> order;  // options by price per capacity
+  std::vector<int> counts, best;
+  double best_price = std::numeric_limits<double>::infinity();
+  long nodes = 0;
+
+  void Run() {
+    counts.assign(price.size(), 0);
+    for (size_t o = 0; o < price.size(); ++o) order.push_back(o);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return price[a] / capacity[a] < price[b] / capacity[b];
+    });
+    Visit(0, 0, 0, 0);
+  }
+  void Visit(size_t index, double covered, int instances, double spent) {
+    if (++nodes > 200000) return;  // pathological: keep the best found (still a valid cover)
+    if (covered + kEps >= demand && instances >= min_instances) {
+      if (spent < best_price - 1e-12) {
+        best_price = spent;
+        best = counts;
+      }
+      return;
+    }
+    if (index >= order.size()) return;
+    const size_t o = order[index];
+    // Fractional bound: the rest at this option's (the best remaining) price per capacity.
+    const double rest = std::max(0.0, demand - covered);
+    if (spent + rest * price[o] / capacity[o] >= best_price - 1e-12) return;
+    const int most = static_cast<int>(std::ceil(rest / capacity[o] - kEps)) +
+                     std::max(0, min_instances - instances);
+    for (int n = most; n >= 0; --n) {
+      counts[o] = n;
+      Visit(index + 1, covered + n * capacity[o], instances + n, spent + n * price[o]);
+    }
+    counts[o] = 0;
+  }
+};
+
+}  // namespace
+
+std::vector<std::vector<int>> Planner::PriceCovers(const Solution& lp, double* bound) const {
+  // Prices of instance kinds: the supply rows' duals (<= rows of a minimisation: dual <= 0).
+  std::map<Slot, double> price;
+  for (const auto& [slot, row] : supply_rows_) {
+    price[slot] = std::max(0.0, -lp.duals[static_cast<size_t>(row)]);
+  }
+  std::map<const hw::GpuModel*, double> cheapest;  // per model, for tie-breaking
+  for (const GpuType& type : types_) {
+    auto [it, inserted] = cheapest.emplace(type.model, type.cost);
+    if (!inserted) it->second = std::min(it->second, type.cost);
+  }
+  double lagrangian = 0;
+  std::vector<std::vector<int>> counts(classes_.size());
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    const DemandClass& demand = classes_[k];
+    std::vector<double> exact_price, tie_price, capacity;
+    for (const SizedOption& option : demand.options) {
+      const double p = price[{option.model, option.profile}];
+      exact_price.push_back(p);
+      // A hair of the instance's nominal cost keeps covers lean where a kind costs nothing.
+      tie_price.push_back(p + 1e-4 * ShareOf(*option.model, option.profile) *
+                                  std::max(cheapest[option.model], 1e-3));
+      capacity.push_back(option.capacity);
+    }
+    const int min_instances = demand.by_throughput ? demand.min_instances : 0;
+    CoverSearch search{tie_price, capacity, demand.demand, min_instances, {}, {}, {}};
+    search.Run();
+    // The bound needs the exact minimum at the exact prices; tie prices are >= exact prices, so
+    // the exact price of the tie-optimal cover may exceed it: search again only for the bound.
+    CoverSearch exact{exact_price, capacity, demand.demand, min_instances, {}, {}, {}};
+    exact.Run();
+    const double slack_price = penalty_ * (demand.by_throughput ? 1.0 : demand.demand);
+    lagrangian += std::min(exact.best_price, slack_price);
+    counts[k] = search.best.empty() ? std::vector<int>(demand.options.size(), 0) : search.best;
+  }
+  // GPUs: any config whose instances are worth more than the GPU is bought as often as allowed.
+  for (const GpuType& type : types_) {
+    double most_negative = 0;
+    for (const Config& config : type.configs) {
+      double value = 0;
+      for (const auto& [profile, count] : config.counts) {
+        auto it = price.find({type.model, profile});
+        if (it != price.end()) value += count * it->second;
+      }
+      most_negative = std::min(most_negative, type.cost - value);
+    }
+    lagrangian += most_negative * static_cast<double>(type.gpus.size());
+  }
+  *bound = lagrangian;
+  return counts;
+}
+
+bool Planner::SolvePatterns(const std::vector<std::vector<std::vector<int>>>& patterns,
+                            double time_limit_s, double cutoff,
+                            std::vector<std::vector<int>>* counts,
+                            std::vector<std::vector<int>>* gpus) const {
+  LinearProgram master;
+  std::vector<std::vector<int>> x_columns(types_.size());
+  std::map<Slot, std::vector<std::pair<int, double>>> supply;
+  for (size_t t = 0; t < types_.size(); ++t) {
+    const GpuType& type = types_[t];
+    std::vector<std::pair<int, double>> availability;
+    for (const Config& config : type.configs) {
+      const int column =
+          master.AddColumn(type.cost, 0, static_cast<double>(type.gpus.size()), true);
+      x_columns[t].push_back(column);
+      availability.emplace_back(column, 1.0);
+      for (const auto& [profile, count] : config.counts) {
+        supply[{type.model, profile}].emplace_back(column, -count);
+      }
+    }
+    if (!availability.empty()) {
+      master.AddRow(std::move(availability), 0, static_cast<double>(type.gpus.size()));
+    }
+  }
+  std::vector<std::vector<int>> columns(classes_.size());  // y (replica) or z (pattern) columns
+  std::vector<int> slack(classes_.size());
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    const DemandClass& demand = classes_[k];
+    if (!demand.by_throughput) {
+      std::vector<std::pair<int, double>> cover;
+      for (const SizedOption& option : demand.options) {
+        const int column = master.AddColumn(0, 0, demand.demand, true);
+        columns[k].push_back(column);
+        cover.emplace_back(column, 1.0);
+        supply[{option.model, option.profile}].emplace_back(column, 1.0);
+      }
+      slack[k] = master.AddColumn(penalty_, 0, demand.demand, true);
+      cover.emplace_back(slack[k], 1.0);
+      master.AddRow(std::move(cover), demand.demand, internal::kInfinity);
+      continue;
+    }
+    std::vector<std::pair<int, double>> choose;
+    for (const std::vector<int>& pattern : patterns[k]) {
+      const int column = master.AddColumn(0, 0, 1, true);
+      columns[k].push_back(column);
+      choose.emplace_back(column, 1.0);
+      for (size_t o = 0; o < pattern.size(); ++o) {
+        if (pattern[o] > 0) {
+          const SizedOption& option = demand.options[o];
+          supply[{option.model, option.profile}].emplace_back(column, pattern[o]);
+        }
+      }
+    }
+    slack[k] = master.AddColumn(penalty_, 0, 1, true);
+    choose.emplace_back(slack[k], 1.0);
+    master.AddRow(std::move(choose), 1, 1);
+  }
+  for (auto& [slot, terms] : supply) master.AddRow(std::move(terms), -internal::kInfinity, 0);
+  const Solution solution = internal::SolveMip(master, time_limit_s, cutoff, 0.001);
+  if (!solution.has_solution) return false;
+  auto value = [&](int column) {
+    return static_cast<int>(std::llround(solution.values[static_cast<size_t>(column)]));
+  };
+  gpus->assign(types_.size(), {});
+  for (size_t t = 0; t < types_.size(); ++t) {
+    for (int column : x_columns[t]) (*gpus)[t].push_back(value(column));
+  }
+  counts->assign(classes_.size(), {});
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    (*counts)[k].assign(classes_[k].options.size(), 0);
+    for (size_t i = 0; i < columns[k].size(); ++i) {
+      const int v = value(columns[k][i]);
+      if (!classes_[k].by_throughput) {
+        (*counts)[k][i] = v;
+      } else if (v == 1) {
+        (*counts)[k] = patterns[k][i];
+      }
+    }
+  }
+  return true;
+}
+
 std::optional<std::vector<std::vector<int>>> Planner::PackOptimal(
     const std::vector<std::vector<int>>& counts, double time_limit_s) const {
   LinearProgram fixed = program_;
@@ -938,7 +1149,8 @@ void Planner::Materialise(const std::vector<std::vector<int>>& counts,
       }
     }
   }
-  // Workloads left short: unplaced, and their instances freed.
+  CompleteShort(covered, instances);
+  // Workloads still short: unplaced, and their instances freed.
   std::set<int> short_workloads;
   for (const DemandClass& demand : classes_) {
     for (int w : demand.workloads) {
@@ -970,6 +1182,87 @@ void Planner::Materialise(const std::vector<std::vector<int>>& counts,
     }
   }
   std::sort(result_.unplaced.begin(), result_.unplaced.end());
+}
+
+void Planner::CompleteShort(std::vector<double>& covered, std::vector<int>& instances) {
+  std::map<const hw::GpuModel*, geometry::Shape> shapes;
+  auto shape_of = [&](const hw::GpuModel* model) -> const geometry::Shape& {
+    return shapes.try_emplace(model, *model).first->second;
+  };
+  auto occupancy_of = [&](const PlannedGpu& gpu) {
+    geometry::Occupancy occupancy;
+    for (const PlannedInstance& instance : gpu.instances) {
+      shape_of(gpu.model).Add(occupancy, instance.profile, instance.start);
+    }
+    return occupancy;
+  };
+  for (const DemandClass& demand : classes_) {
+    for (int w : demand.workloads) {
+      const WorkloadSizing& sizing = result_.sizing[static_cast<size_t>(w)];
+      auto is_short = [&] {
+        return covered[static_cast<size_t>(w)] + kEps < sizing.demand ||
+               instances[static_cast<size_t>(w)] < sizing.min_instances;
+      };
+      while (is_short()) {
+        bool placed = false;
+        for (const SizedOption& option : sizing.options) {
+          const bool whole = option.profile == kWholeGpu;
+          PlannedGpu* target = nullptr;
+          int slot = -1;
+          int start = 0;
+          // A spare slot, then room on a used MIG GPU, then the cheapest unused GPU.
+          for (PlannedGpu& gpu : result_.gpus) {
+            if (gpu.model != option.model) continue;
+            for (size_t i = 0; i < gpu.instances.size() && target == nullptr; ++i) {
+              if (gpu.instances[i].workload < 0 && gpu.instances[i].profile == option.profile) {
+                target = &gpu;
+                slot = static_cast<int>(i);
+              }
+            }
+            if (target != nullptr) break;
+          }
+          if (target == nullptr && !whole) {
+            for (PlannedGpu& gpu : result_.gpus) {
+              if (gpu.model != option.model || !gpu.mig_enabled || gpu.instances.empty()) continue;
+              const int at = shape_of(gpu.model).DefaultStart(occupancy_of(gpu), option.profile);
+              if (at >= 0) {
+                target = &gpu;
+                start = at;
+                break;
+              }
+            }
+          }
+          if (target == nullptr) {
+            for (PlannedGpu& gpu : result_.gpus) {
+              if (gpu.model != option.model || !gpu.instances.empty()) continue;
+              if (!whole && !gpu.mig_allowed) continue;
+              if (target == nullptr || gpu.cost_per_hour < target->cost_per_hour) target = &gpu;
+            }
+            if (target != nullptr && !whole) {
+              start = shape_of(target->model).DefaultStart(geometry::Occupancy{}, option.profile);
+              if (start < 0) target = nullptr;
+            }
+          }
+          if (target == nullptr) continue;
+          if (slot < 0) {
+            target->instances.push_back(
+                PlannedInstance{option.profile, whole ? 0 : start, -1, 0, 0});
+            target->mig_enabled = !whole;
+            slot = static_cast<int>(target->instances.size()) - 1;
+          }
+          PlannedInstance& instance = target->instances[static_cast<size_t>(slot)];
+          instance.workload = w;
+          instance.capacity = option.capacity;
+          instance.batch = option.batch;
+          covered[static_cast<size_t>(w)] += option.capacity;
+          ++instances[static_cast<size_t>(w)];
+          placed = true;
+          break;
+        }
+        if (!placed) break;
+      }
+    }
+  }
 }
 
 void Planner::Consolidate() {
@@ -1075,19 +1368,64 @@ absl::StatusOr<PlanResult> Planner::Run() {
   }
   std::vector<std::vector<int>> counts = RoundInstances(lp.values);
   ReduceSurplus(counts);
+  // Two roundings of the relaxation: per workload along the LP (counts), and at the LP's prices
+  // of instance kinds (priced; replica classes stay as the LP split them). Each is packed, the
+  // cheaper plan wins.
+  double lagrangian = 0;
+  std::vector<std::vector<int>> priced = PriceCovers(lp, &lagrangian);
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    if (!classes_[k].by_throughput ||
+        lp.values[static_cast<size_t>(classes_[k].slack_column)] > 0.5) {
+      priced[k] = counts[k];
+    }
+  }
+  ReduceSurplus(priced);
+  // A first plan: the LP's rounding, packed greedily (moving work off models that run out).
   std::map<Slot, int> shortfall;
   std::vector<std::vector<int>> gpus = PackGpus(counts, &lp.values, &shortfall);
-  if (auto packed = PackOptimal(counts, 1.0); packed && CostOf(*packed) < CostOf(gpus) - kEps) {
-    gpus = *std::move(packed);
-    shortfall.clear();
-  }
-  // Rounding may ask a model for more than the fleet has of it: move work to other models.
   for (int round = 0; round < 8 && !shortfall.empty(); ++round) {
     if (!ShiftShortfall(counts, shortfall)) break;
     ReduceSurplus(counts);
     gpus = PackGpus(counts, &lp.values, &shortfall);
   }
-  double bound = lp.objective;
+  // Improve by choosing among a few integer covers per throughput workload at once.
+  {
+    std::vector<std::vector<std::vector<int>>> patterns(classes_.size());
+    for (size_t k = 0; k < classes_.size(); ++k) {
+      const DemandClass& demand = classes_[k];
+      if (!demand.by_throughput) continue;
+      auto add = [&](std::vector<int> pattern) {
+        if (pattern.empty() || std::accumulate(pattern.begin(), pattern.end(), 0) == 0) return;
+        if (std::find(patterns[k].begin(), patterns[k].end(), pattern) == patterns[k].end()) {
+          patterns[k].push_back(std::move(pattern));
+        }
+      };
+      add(counts[k]);
+      add(priced[k]);
+      std::map<const hw::GpuModel*, std::vector<size_t>> by_model;
+      for (size_t o = 0; o < demand.options.size(); ++o) {
+        by_model[demand.options[o].model].push_back(o);
+      }
+      for (const auto& [model, candidates] : by_model) add(CheapestCover(demand, candidates));
+    }
+    std::vector<std::vector<int>> better_counts, better_gpus;
+    // Fast mode gives it a few seconds; exact mode a share of its limit (CBC needs the rest).
+    const double remaining = options_.time_limit_s - SecondsSince(started);
+    const double budget = std::max(
+        0.2, options_.mode == SolveMode::kFast ? std::min(3.0, 0.5 * remaining) : 0.3 * remaining);
+    if (SolvePatterns(patterns, budget, Objective(counts, gpus) - kEps, &better_counts,
+                      &better_gpus)) {
+      ReduceSurplus(better_counts);
+      if (Objective(better_counts, better_gpus) < Objective(counts, gpus) - kEps) {
+        counts = std::move(better_counts);
+        gpus = std::move(better_gpus);
+      }
+    } else if (auto packed = PackOptimal(counts, std::max(0.2, 0.25 * options_.time_limit_s));
+               packed && CostOf(*packed) < CostOf(gpus) - kEps) {
+      gpus = *std::move(packed);  // at least pack the rounded counts as well as possible
+    }
+  }
+  double bound = std::max(lp.objective, lagrangian);
   result_.solver = "lp-rounding";
 
   // Every GPU of the fleet costs the same: bounds are GPU counts.
@@ -1101,12 +1439,20 @@ absl::StatusOr<PlanResult> Planner::Run() {
   for (const GpuType& type : types_) costs.push_back(type.cost);
   const double granularity = CostGranularity(costs);
 
-  bool exact = options_.mode == SolveMode::kExact;
-  if (options_.mode == SolveMode::kAuto) exact = result_.gpus.size() <= 2000;
-  if (exact && program_.columns() > 0) {
-    // Only plans cheaper than the fast one are sought; "none exists" proves it optimal.
-    const double fast_objective = Objective(counts, gpus);
-    const double remaining = options_.time_limit_s - SecondsSince(started);
+  // CBC runs when the fast plan is not already proven optimal by the bound: in exact mode until
+  // the time limit, in auto mode (fleets up to 2,000 GPUs) for a few seconds at most.
+  const double fast_objective = Objective(counts, gpus);
+  const double granular_bound =
+      granularity > 0 ? std::ceil(bound / granularity - 1e-6) * granularity : bound;
+  const bool proven_fast = fast_objective <= granular_bound + kEps;
+  const bool exact = !proven_fast && program_.columns() > 0 &&
+                     (options_.mode == SolveMode::kExact ||
+                      (options_.mode == SolveMode::kAuto && result_.gpus.size() <= 2000));
+  if (exact) {
+    // Only plans cheaper than the fast one are sought; "none exists" proves it optimal. CBC
+    // overruns its limit a little, so it gets a margin.
+    double remaining = 0.9 * (options_.time_limit_s - SecondsSince(started)) - 0.2;
+    if (options_.mode == SolveMode::kAuto) remaining = std::min(remaining, 3.0);
     const double step =
         granularity > 0 ? granularity * (1 - 1e-3) : 1e-6 * std::max(1.0, fast_objective);
     const Solution mip =

@@ -79,6 +79,8 @@ Solution SolveLp(const LinearProgram& program, double time_limit_s) {
     solution.has_solution = true;
     const double* values = Clp_getColSolution(model);
     solution.values.assign(values, values + program.columns());
+    const double* duals = Clp_dualRowSolution(model);
+    solution.duals.assign(duals, duals + program.rows());
     solution.objective = Clp_objectiveValue(model);
     solution.bound = solution.objective;
   } else if (status == 1) {
@@ -91,7 +93,8 @@ Solution SolveLp(const LinearProgram& program, double time_limit_s) {
   return solution;
 }
 
-Solution SolveMip(const LinearProgram& program, double time_limit_s, double cutoff) {
+Solution SolveMip(const LinearProgram& program, double time_limit_s, double cutoff,
+                  double relative_gap) {
   const auto started = std::chrono::steady_clock::now();
   Solution solution;
   const Solver::Csc csc = Solver::ToCsc(program);
@@ -106,6 +109,7 @@ Solution SolveMip(const LinearProgram& program, double time_limit_s, double cuto
   Cbc_setMaximumSeconds(model, std::max(time_limit_s, 0.01));
   Cbc_setParameter(model, "threads", "0");
   Cbc_setAllowableGap(model, 1e-7);
+  if (relative_gap > 0) Cbc_setAllowableFractionGap(model, relative_gap);
   if (cutoff < kInfinity) Cbc_setCutoff(model, cutoff);
   Cbc_solve(model);
   const double* best = Cbc_bestSolution(model);

@@ -31,6 +31,7 @@ struct Solution {
   Status status = Status::kFailed;
   bool has_solution = false;
   std::vector<double> values;
+  std::vector<double> duals;  // LP only: one per row (the objective's change per unit of bound)
   double objective = 0;
   double bound = 0;  // proven lower bound on the objective (minimisation)
   double seconds = 0;
@@ -41,6 +42,8 @@ Solution SolveLp(const LinearProgram& program, double time_limit_s);
 // The integer program. With a finite `cutoff` only solutions with a smaller objective are sought:
 // kInfeasible then proves that none exists (bound = cutoff), so a known solution of value
 // `cutoff` is optimal.
-Solution SolveMip(const LinearProgram& program, double time_limit_s, double cutoff = kInfinity);
+// `relative_gap` > 0 stops as soon as the best plan is within that fraction of CBC's bound.
+Solution SolveMip(const LinearProgram& program, double time_limit_s, double cutoff = kInfinity,
+                  double relative_gap = 0);
 
 }  // namespace gpuslice::plan::internal
