@@ -197,6 +197,9 @@ class Planner {
   // Last resort for workloads the rounding left short: spare slots, free room on used GPUs,
   // then unused GPUs, cheapest first.
   void CompleteShort(std::vector<double>& covered, std::vector<int>& instances);
+  // Frees instances a workload does not need (after completion added bigger ones): the biggest
+  // first, keeping its demand and min_instances covered. Kept instances stay.
+  void TrimSurplus(std::vector<double>& covered, std::vector<int>& instances);
 
   const WorkloadSet& workloads_;
   const Fleet& fleet_;
@@ -1150,6 +1153,7 @@ void Planner::Materialise(const std::vector<std::vector<int>>& counts,
     }
   }
   CompleteShort(covered, instances);
+  TrimSurplus(covered, instances);
   // Workloads still short: unplaced, and their instances freed.
   std::set<int> short_workloads;
   for (const DemandClass& demand : classes_) {
@@ -1260,6 +1264,36 @@ void Planner::CompleteShort(std::vector<double>& covered, std::vector<int>& inst
           break;
         }
         if (!placed) break;
+      }
+    }
+  }
+}
+
+void Planner::TrimSurplus(std::vector<double>& covered, std::vector<int>& instances) {
+  for (size_t w = 0; w < workloads_.workloads.size(); ++w) {
+    const WorkloadSizing& sizing = result_.sizing[w];
+    if (!sizing.by_throughput || instances[w] == 0) continue;
+    for (bool dropped = true; dropped;) {
+      dropped = false;
+      PlannedInstance* drop = nullptr;
+      const hw::GpuModel* model = nullptr;
+      for (PlannedGpu& gpu : result_.gpus) {
+        for (PlannedInstance& instance : gpu.instances) {
+          if (instance.workload != static_cast<int>(w) || instance.kept) continue;
+          if (covered[w] - instance.capacity + kEps < sizing.demand) continue;
+          if (instances[w] - 1 < sizing.min_instances) continue;
+          if (drop == nullptr ||
+              ShareOf(*gpu.model, instance.profile) > ShareOf(*model, drop->profile)) {
+            drop = &instance;
+            model = gpu.model;
+          }
+        }
+      }
+      if (drop != nullptr) {
+        covered[w] -= drop->capacity;
+        --instances[w];
+        drop->workload = -1;  // a spare: dropped with the others
+        dropped = true;
       }
     }
   }
@@ -1429,14 +1463,16 @@ absl::StatusOr<PlanResult> Planner::Run() {
   result_.solver = "lp-rounding";
 
   // Every GPU of the fleet costs the same: bounds are GPU counts.
-  double unit_cost = types_.empty() ? 0 : types_.front().cost;
+  const double unit_cost = result_.gpus.front().cost_per_hour;
   bool homogeneous_cost = unit_cost > 0;
-  for (const GpuType& type : types_) homogeneous_cost &= std::abs(type.cost - unit_cost) < kEps;
+  for (const PlannedGpu& gpu : result_.gpus) {
+    homogeneous_cost &= std::abs(gpu.cost_per_hour - unit_cost) < kEps;
+  }
 
   // Objective values are multiples of this: bounds round up to it, and a better plan is at least
   // this much cheaper.
-  std::vector<double> costs = {penalty_};
-  for (const GpuType& type : types_) costs.push_back(type.cost);
+  std::vector<double> costs;
+  for (const PlannedGpu& gpu : result_.gpus) costs.push_back(gpu.cost_per_hour);
   const double granularity = CostGranularity(costs);
 
   // CBC runs when the fast plan is not already proven optimal by the bound: in exact mode until
@@ -1499,7 +1535,14 @@ absl::StatusOr<PlanResult> Planner::Run() {
         "the workloads it places, not a proof");
     bound = lp_cost;
   }
-  result_.lower_bound_cost = std::max(0.0, bound);
+  // GPUs that keep running instances (re-planning) are paid for outside the program.
+  double fixed_cost = 0;
+  if (pinned_ != nullptr) {
+    for (size_t g = 0; g < pinned_->size() && g < result_.gpus.size(); ++g) {
+      if (!(*pinned_)[g].empty()) fixed_cost += result_.gpus[g].cost_per_hour;
+    }
+  }
+  result_.lower_bound_cost = std::max(0.0, bound) + fixed_cost;
   if (granularity > 0) {
     result_.lower_bound_cost =
         std::ceil(result_.lower_bound_cost / granularity - 1e-6) * granularity;

@@ -304,6 +304,17 @@ absl::StatusOr<ReplanResult> Replan(const CurrentState& current, const WorkloadS
   };
   absl::StatusOr<PlanResult> plan = internal::PlanKeeping(workloads, fleet, catalog, options, kept);
   if (!plan.ok()) return plan.status();
+  // Releasing GPUs is worth it only if it places more: keep the first state that places the
+  // most, so a fleet that is simply too small does not get re-laid for nothing.
+  struct State {
+    size_t missing = 0;
+    PlanResult plan;
+    std::vector<std::vector<size_t>> kept_source;
+    std::map<std::string, std::string> disrupted;
+    std::map<std::pair<size_t, size_t>, std::string> stop_reason;
+    int gpus_released = 0;
+  };
+  State best_state{short_of_room(*plan).size(), *plan, kept_source, disrupted, stop_reason, 0};
   for (std::vector<std::string> missing = short_of_room(*plan); !missing.empty();
        missing = short_of_room(*plan)) {
     // The GPU whose kept instances stop the fewest not-yet-disrupted workloads.
@@ -338,8 +349,17 @@ absl::StatusOr<ReplanResult> Replan(const CurrentState& current, const WorkloadS
     ++result.gpus_released;
     plan = internal::PlanKeeping(workloads, fleet, catalog, options, kept);
     if (!plan.ok()) return plan.status();
+    const size_t now_missing = short_of_room(*plan).size();
+    if (now_missing < best_state.missing) {
+      best_state =
+          State{now_missing, *plan, kept_source, disrupted, stop_reason, result.gpus_released};
+    }
   }
-  result.plan = *std::move(plan);
+  result.plan = std::move(best_state.plan);
+  kept_source = std::move(best_state.kept_source);
+  disrupted = std::move(best_state.disrupted);
+  stop_reason = std::move(best_state.stop_reason);
+  result.gpus_released = best_state.gpus_released;
 
   // The steps: compare each GPU's current instances with its target.
   std::vector<ReplanStep> drains, destroys, mig_off, mig_on, creates, starts;

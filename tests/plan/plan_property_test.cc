@@ -1,0 +1,184 @@
+// Property tests (rapidcheck) of the planner on random fleets and workloads: every plan passes the
+// independent check, never costs less than its proven lower bound, exact mode is never worse than
+// fast mode, and re-planning an unchanged demand from a plan's own assignment stops nothing.
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <set>
+
+#include "gpuslice/hw/catalog.h"
+#include "gpuslice/plan/plan.h"
+#include "gpuslice/plan/replan.h"
+#include "gpuslice/plan/report.h"
+
+namespace gpuslice::plan {
+namespace {
+
+const std::vector<std::string>& Models() {
+  static const std::vector<std::string> models = {"A100-80GB", "H100-80GB", "A30-24GB", "L4",
+                                                  "H200-141GB"};
+  return models;
+}
+
+template <typename T>
+T Full(rc::Gen<T> gen) {
+  return *rc::gen::resize(rc::kNominalSize, std::move(gen));
+}
+int Int(int low, int high) { return Full(rc::gen::inRange(low, high + 1)); }
+
+// A concave throughput curve over the A100-80GB base profiles, with latency growing with batch.
+PerfTable SyntheticTable(double per_slice, double base_latency_ms) {
+  PerfTable table;
+  table.gpu_model = "A100-80GB";
+  for (int slices : {1, 2, 3, 4, 7}) {
+    for (int batch : {1, 4, 16}) {
+      PerfPoint point;
+      point.compute_slices = slices;
+      point.batch = batch;
+      point.throughput_rps = per_slice * slices * (0.6 + 0.1 * batch / 4.0) / (1 + 0.03 * slices);
+      point.latency_ms = base_latency_ms * (1 + batch / 8.0) / (1 + 0.1 * slices);
+      table.points.push_back(point);
+    }
+  }
+  return table;
+}
+
+struct Case {
+  WorkloadSet workloads;
+  Fleet fleet;
+};
+
+Case RandomCase() {
+  Case c;
+  const bool uniform_cost = Int(0, 1) == 1;
+  const int nodes = Int(1, 3);
+  for (int n = 0; n < nodes; ++n) {
+    Node node;
+    node.name = "node-" + std::to_string(n);
+    const int groups = Int(1, 2);
+    for (int g = 0; g < groups; ++g) {
+      GpuGroup group;
+      group.model = Models()[static_cast<size_t>(Int(0, static_cast<int>(Models().size()) - 1))];
+      group.count = Int(1, 4);
+      group.cost_per_hour = uniform_cost ? 1.0 : 0.5 * Int(1, 8);
+      group.mig_allowed = Int(0, 4) != 0;
+      group.origin = "fleet.yaml:1";
+      node.gpus.push_back(group);
+    }
+    c.fleet.nodes.push_back(node);
+  }
+  const int count = Int(1, 10);
+  for (int w = 0; w < count; ++w) {
+    Workload workload;
+    workload.name = "w" + std::to_string(w);
+    workload.origin = "workloads.yaml:1";
+    workload.kind = static_cast<WorkloadKind>(Int(0, 3));
+    workload.min_instances = Int(1, 2);
+    workload.spread = Int(0, 3) != 0;
+    if (Int(0, 3) == 0) {
+      workload.kind = WorkloadKind::kInference;
+      workload.throughput_rps = 50.0 * Int(1, 40);
+      workload.latency_p99_ms = 10.0 * Int(2, 20);
+      workload.perf.push_back(SyntheticTable(40.0 * Int(1, 10), 2.0 * Int(1, 5)));
+    } else {
+      workload.replicas = Int(workload.min_instances, 4);
+      workload.peak_memory_gib = 0.5 * Int(2, 150);
+    }
+    if (Int(0, 4) == 0) {
+      workload.gpu_models = {Models()[static_cast<size_t>(Int(0, 4))]};
+    }
+    c.workloads.workloads.push_back(workload);
+  }
+  return c;
+}
+
+std::set<int> Unsatisfiable(const PlanResult& plan) {
+  std::set<int> result;
+  for (size_t w = 0; w < plan.sizing.size(); ++w) {
+    if (!plan.sizing[w].unsatisfiable.empty()) result.insert(static_cast<int>(w));
+  }
+  return result;
+}
+
+bool AllPlaceable(const PlanResult& plan) {
+  return plan.unplaced.size() == Unsatisfiable(plan).size();
+}
+
+RC_GTEST_PROP(PlanProperty, PlansAreFeasibleBoundedAndExactIsNoWorse, ()) {
+  const Case c = RandomCase();
+  PlanOptions fast_options;
+  fast_options.mode = SolveMode::kFast;
+  fast_options.time_limit_s = 1;
+  const absl::StatusOr<PlanResult> fast =
+      Plan(c.workloads, c.fleet, hw::Catalog::Builtin(), fast_options);
+  RC_ASSERT(fast.ok());
+  const std::vector<std::string> fast_problems = CheckPlan(*fast, c.workloads, c.fleet);
+  RC_ASSERT(fast_problems.empty());
+
+  PlanOptions exact_options;
+  exact_options.mode = SolveMode::kExact;
+  exact_options.time_limit_s = 0.5;
+  const absl::StatusOr<PlanResult> exact =
+      Plan(c.workloads, c.fleet, hw::Catalog::Builtin(), exact_options);
+  RC_ASSERT(exact.ok());
+  RC_ASSERT(CheckPlan(*exact, c.workloads, c.fleet).empty());
+  RC_ASSERT(Unsatisfiable(*exact) == Unsatisfiable(*fast));
+
+  for (const PlanResult* plan : {&*fast, &*exact}) {
+    if (!AllPlaceable(*plan)) continue;  // the bound then covers only what fits
+    RC_ASSERT(plan->cost_per_hour + 1e-6 >= plan->lower_bound_cost);
+    if (plan->proven_optimal) RC_ASSERT(plan->cost_per_hour <= plan->lower_bound_cost + 1e-6);
+  }
+  if (AllPlaceable(*fast) && AllPlaceable(*exact)) {
+    RC_ASSERT(exact->cost_per_hour <= fast->cost_per_hour + 1e-6);
+    // Both bounds are valid, so neither plan may cost less than the other's bound.
+    RC_ASSERT(fast->cost_per_hour + 1e-6 >= exact->lower_bound_cost);
+  }
+}
+
+RC_GTEST_PROP(PlanProperty, ReplanningAnUnchangedDemandStopsNothing, ()) {
+  const Case c = RandomCase();
+  PlanOptions options;
+  options.mode = SolveMode::kFast;
+  const absl::StatusOr<PlanResult> plan =
+      Plan(c.workloads, c.fleet, hw::Catalog::Builtin(), options);
+  RC_ASSERT(plan.ok());
+  const absl::StatusOr<CurrentState> state =
+      ParseCurrentState(AssignmentJson(*plan, c.workloads, c.fleet).dump(), "assignment.json");
+  RC_ASSERT(state.ok());
+  const absl::StatusOr<ReplanResult> replan =
+      Replan(*state, c.workloads, c.fleet, hw::Catalog::Builtin(), options);
+  RC_ASSERT(replan.ok());
+  RC_ASSERT(CheckPlan(replan->plan, c.workloads, c.fleet).empty());
+  // Re-planning never places fewer workloads. When the first plan left out a workload the fleet
+  // could hold after a re-layout, re-planning may stop others to make room: that is its job.
+  RC_ASSERT(replan->plan.unplaced.size() <= plan->unplaced.size());
+  if (AllPlaceable(replan->plan)) {
+    RC_ASSERT(replan->plan.cost_per_hour + 1e-6 >= replan->plan.lower_bound_cost);
+  }
+  if (!AllPlaceable(*plan)) return;
+  for (const auto& [name, reason] : replan->disrupted) RC_LOG() << name << ": " << reason << "\n";
+  RC_ASSERT(replan->disrupted.empty());
+  int running = 0;
+  for (const PlannedGpu& gpu : plan->gpus) running += static_cast<int>(gpu.instances.size());
+  for (const PlannedGpu& gpu : plan->gpus) {
+    for (const PlannedInstance& instance : gpu.instances) {
+      const Workload& w = c.workloads.workloads[static_cast<size_t>(instance.workload)];
+      RC_LOG() << "node" << gpu.node << "/" << gpu.index << " p" << instance.profile << "@"
+               << instance.start << " " << w.name << " cap " << instance.capacity << " (demand "
+               << w.throughput_rps << " rps / " << w.replicas << " replicas, min "
+               << w.min_instances << ")\n";
+    }
+  }
+  RC_LOG() << "kept " << replan->kept_instances << " of " << running << "; steps:\n";
+  for (const ReplanStep& step : replan->steps) {
+    RC_LOG() << ToString(step.kind) << " " << step.node << "/" << step.gpu << " " << step.profile
+             << "@" << step.start << " " << step.workload << ": " << step.reason << "\n";
+  }
+  RC_ASSERT(replan->kept_instances == running);
+  RC_ASSERT(replan->created_instances == 0);
+}
+
+}  // namespace
+}  // namespace gpuslice::plan
