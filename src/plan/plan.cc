@@ -1443,10 +1443,9 @@ absl::StatusOr<PlanResult> Planner::Run() {
       for (const auto& [model, candidates] : by_model) add(CheapestCover(demand, candidates));
     }
     std::vector<std::vector<int>> better_counts, better_gpus;
-    // Fast mode gives it a few seconds; exact mode a share of its limit (CBC needs the rest).
+    // The same few seconds in every mode, so that exact mode starts from the fast plan.
     const double remaining = options_.time_limit_s - SecondsSince(started);
-    const double budget = std::max(
-        0.2, options_.mode == SolveMode::kFast ? std::min(3.0, 0.5 * remaining) : 0.3 * remaining);
+    const double budget = std::max(0.2, std::min(3.0, 0.5 * remaining));
     if (SolvePatterns(patterns, budget, Objective(counts, gpus) - kEps, &better_counts,
                       &better_gpus)) {
       ReduceSurplus(better_counts);

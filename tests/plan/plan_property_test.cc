@@ -1,6 +1,6 @@
 // Property tests (rapidcheck) of the planner on random fleets and workloads: every plan passes the
-// independent check, never costs less than its proven lower bound, exact mode is never worse than
-// fast mode, and re-planning an unchanged demand from a plan's own assignment stops nothing.
+// independent check and never costs less than a proven lower bound (its own or the other mode's),
+// and re-planning an unchanged demand from a plan's own assignment stops nothing.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
@@ -14,6 +14,12 @@
 
 namespace gpuslice::plan {
 namespace {
+
+// Every case runs the solvers, so fewer cases than rapidcheck's default 100 (RC_PARAMS, when set,
+// wins). Runs before main, hence before rapidcheck reads its configuration.
+[[maybe_unused]] const bool kFewerCases = [] {
+  return setenv("RC_PARAMS", "max_success=40", 0) == 0;
+}();
 
 const std::vector<std::string>& Models() {
   static const std::vector<std::string> models = {"A100-80GB", "H100-80GB", "A30-24GB", "L4",
@@ -131,9 +137,11 @@ RC_GTEST_PROP(PlanProperty, PlansAreFeasibleBoundedAndExactIsNoWorse, ()) {
     if (plan->proven_optimal) RC_ASSERT(plan->cost_per_hour <= plan->lower_bound_cost + 1e-6);
   }
   if (AllPlaceable(*fast) && AllPlaceable(*exact)) {
-    RC_ASSERT(exact->cost_per_hour <= fast->cost_per_hour + 1e-6);
-    // Both bounds are valid, so neither plan may cost less than the other's bound.
+    // Both bounds are valid, so neither plan may cost less than the other's bound. (Which plan
+    // is cheaper depends on how far the time-limited searches get, so that is not a property.)
     RC_ASSERT(fast->cost_per_hour + 1e-6 >= exact->lower_bound_cost);
+    RC_ASSERT(exact->cost_per_hour + 1e-6 >= fast->lower_bound_cost);
+    if (exact->proven_optimal) RC_ASSERT(exact->cost_per_hour <= fast->cost_per_hour + 1e-6);
   }
 }
 
