@@ -822,8 +822,8 @@ int Run(const Options& options) {
   }
   std::printf(
       "unplaced: workloads left out of the plan; unsat: of those, the ones with no sizing option"
-      " at all (the rest lacked room); gap: (cost - bound) / bound, where the bound is the LP"
-      " relaxation (fast) or CBC's best bound (exact)\n");
+      " at all (the rest lacked room); gap: (cost - bound) / bound, where the bound is the"
+      " planner's proven lower bound (PlanResult::lower_bound_cost)\n");
   for (const Target* target : targets) {
     if (!target->applicable) continue;
     std::printf("target: %s: %s (%s)\n", target->name.c_str(), target->met ? "MET" : "MISSED",
