@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/run_gpuslice.h"
 #include "gpuslice/hw/catalog.h"
 #include "nlohmann/json.hpp"
 
@@ -22,27 +23,10 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using Result = gpuslice::cli::testing::CommandResult;
 
-// Runs `gpuslice ARGS` (ARGS are shell words, quoted by the caller where needed).
 Result Gpuslice(const std::string& args, bool with_stderr = true) {
-  const std::string command =
-      std::string("'") + GPUSLICE_BINARY + "' " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  Result result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "popen failed: " << command;
-    return result;
-  }
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return gpuslice::cli::testing::RunGpuslice(args, with_stderr);
 }
 
 nlohmann::json RunJson(const std::string& args, int expected_exit = 0) {

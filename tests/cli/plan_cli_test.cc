@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/run_gpuslice.h"
 #include "gpuslice/hw/catalog.h"
 #include "gpuslice/spec/mig_parted.h"
 #include "nlohmann/json.hpp"
@@ -35,27 +36,10 @@ using ::testing::Not;
 
 namespace fs = std::filesystem;
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;
-};
+using Outcome = gpuslice::cli::testing::CommandResult;
 
-// Runs `gpuslice ARGS` (shell words); stderr joins stdout unless `with_stderr` is false.
 Outcome Gpuslice(const std::string& args, bool with_stderr = true) {
-  const std::string command =
-      std::string("'") + GPUSLICE_BINARY + "' " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  Outcome result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "popen failed: " << command;
-    return result;
-  }
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return gpuslice::cli::testing::RunGpuslice(args, with_stderr);
 }
 
 std::string Example(const std::string& name) {

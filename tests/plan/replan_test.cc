@@ -140,14 +140,14 @@ TEST(Replan, OutgrownInstanceIsADisruptionWithItsReason) {
   EXPECT_EQ(result.kept_instances, 1);  // b stays
 }
 
-TEST(Replan, FullFleetReleasesTheGpuThatStopsTheFewestWorkloads) {
-  // Two A100s full of 1g instances: GPU 0 holds seven replicas of one workload, GPU 1 one
-  // replica each of seven workloads. A new 7g workload needs one whole GPU back.
-  const Fleet fleet = Nodes("A100-80GB", 1, 2);
-  WorkloadSet before;
-  before.workloads.push_back(Replicas("wide", 7, 8));
-  before.workloads.back().spread = false;
-  for (int i = 0; i < 7; ++i) before.workloads.push_back(Replicas("s" + std::to_string(i), 1, 8));
+// Two A100s full of 1g instances: GPU 0 holds seven replicas of "wide", GPU 1 one replica each
+// of seven workloads s0..s6. `workloads` gets that demand, the result is what runs.
+CurrentState TwoFullA100s(WorkloadSet* workloads) {
+  workloads->workloads.push_back(Replicas("wide", 7, 8));
+  workloads->workloads.back().spread = false;
+  for (int i = 0; i < 7; ++i) {
+    workloads->workloads.push_back(Replicas("s" + std::to_string(i), 1, 8));
+  }
   CurrentState state;
   state.gpus.resize(2);
   for (int g = 0; g < 2; ++g) {
@@ -157,6 +157,14 @@ TEST(Replan, FullFleetReleasesTheGpuThatStopsTheFewestWorkloads) {
           CurrentInstance{"1g.10gb", i, g == 0 ? "wide" : "s" + std::to_string(i), 1, 0});
     }
   }
+  return state;
+}
+
+TEST(Replan, FullFleetReleasesTheGpuThatStopsTheFewestWorkloads) {
+  // A new 7g workload needs one whole GPU back.
+  const Fleet fleet = Nodes("A100-80GB", 1, 2);
+  WorkloadSet before;
+  const CurrentState state = TwoFullA100s(&before);
   WorkloadSet after = before;
   after.workloads[0].peak_memory_gib = 60;  // "wide" becomes one 7g.80gb
   after.workloads[0].replicas = 1;
@@ -171,18 +179,7 @@ TEST(Replan, FullFleetReleasesTheGpuThatStopsTheFewestWorkloads) {
 TEST(Replan, MakingRoomDisruptsTheCheapestGpu) {
   const Fleet fleet = Nodes("A100-80GB", 1, 2);
   WorkloadSet set;
-  set.workloads.push_back(Replicas("wide", 7, 8));
-  set.workloads.back().spread = false;
-  for (int i = 0; i < 7; ++i) set.workloads.push_back(Replicas("s" + std::to_string(i), 1, 8));
-  CurrentState state;
-  state.gpus.resize(2);
-  for (int g = 0; g < 2; ++g) {
-    state.gpus[static_cast<size_t>(g)] = CurrentGpu{"node-0", g, "A100-80GB", true, {}};
-    for (int i = 0; i < 7; ++i) {
-      state.gpus[static_cast<size_t>(g)].instances.push_back(
-          CurrentInstance{"1g.10gb", i, g == 0 ? "wide" : "s" + std::to_string(i), 1, 0});
-    }
-  }
+  const CurrentState state = TwoFullA100s(&set);
   // "wide" shrinks to 4 replicas and a new 3g workload arrives: GPU 0 can host it once the
   // surplus is released, but only if the kept replicas leave a 3g start free.
   WorkloadSet after = set;
