@@ -78,6 +78,16 @@ void Put(PlannedGpu& gpu, int profile, int start, int workload, double capacity)
             [](const PlannedInstance& a, const PlannedInstance& b) { return a.start < b.start; });
 }
 
+// One node named `name` with the given GPU groups.
+Fleet OneNode(std::vector<GpuGroup> groups, const std::string& name = "n") {
+  Fleet fleet;
+  Node node;
+  node.name = name;
+  node.gpus = std::move(groups);
+  fleet.nodes.push_back(node);
+  return fleet;
+}
+
 Fleet TwoNodesOfA100(bool costs_given = true) {
   Fleet fleet;
   for (const char* name : {"node-a", "node-b"}) {
@@ -217,11 +227,7 @@ TEST(Report, AllBalancedLosesOnManySmallInstances) {
   const hw::GpuModel& a100 = Model("A100-80GB");
   WorkloadSet workloads;
   workloads.workloads.push_back(Replicas("tiny", "t", 7, 4));
-  Fleet fleet;
-  Node node;
-  node.name = "n";
-  node.gpus.push_back({"A100-80GB", 8, 2.5, true, ""});
-  fleet.nodes.push_back(node);
+  const Fleet fleet = OneNode({GpuGroup{"A100-80GB", 8, 2.5, true, ""}});
   PlanResult plan;
   plan.sizing.push_back(ReplicaSizing(7, {Option(a100, "1g.10gb", 1), Option(a100, "", 1)}));
   PlannedGpu gpu = Gpu(0, 0, a100, 2.5);
@@ -250,11 +256,7 @@ TEST(Report, BalancedFallsBackToWholeGpusForWorkloadsItCannotHold) {
   const hw::GpuModel& a100 = Model("A100-80GB");
   WorkloadSet workloads;
   workloads.workloads.push_back(Replicas("big", "t", 1, 60));
-  Fleet fleet;
-  Node node;
-  node.name = "n";
-  node.gpus.push_back({"A100-80GB", 2, 2.0, true, ""});
-  fleet.nodes.push_back(node);
+  const Fleet fleet = OneNode({GpuGroup{"A100-80GB", 2, 2.0, true, ""}});
   PlanResult plan;
   plan.sizing.push_back(ReplicaSizing(1, {Option(a100, "7g.80gb", 1), Option(a100, "", 1)}));
   PlannedGpu gpu = Gpu(0, 0, a100, 2.0);
@@ -283,12 +285,8 @@ TEST(Report, BaselinesUseTheFleetTheyHave) {
   const hw::GpuModel& l4 = Model("L4");
   WorkloadSet workloads;
   workloads.workloads.push_back(Replicas("small", "t", 3, 8));
-  Fleet fleet;
-  Node node;
-  node.name = "n";
-  node.gpus.push_back({"L4", 1, 0.5, true, ""});
-  node.gpus.push_back({"A100-80GB", 4, 2.0, true, ""});
-  fleet.nodes.push_back(node);
+  Fleet fleet =
+      OneNode({GpuGroup{"L4", 1, 0.5, true, ""}, GpuGroup{"A100-80GB", 4, 2.0, true, ""}});
   PlanResult plan;
   plan.sizing.push_back(
       ReplicaSizing(3, {Option(a100, "1g.10gb", 1), Option(a100, "", 1), Option(l4, "", 1)}));
@@ -335,11 +333,7 @@ TEST(Report, StrandedCapacityA100ThreeGPlusTwoG) {
   WorkloadSet workloads;
   workloads.workloads.push_back(Replicas("a", "t1", 1, 30));
   workloads.workloads.push_back(Replicas("b", "t2", 1, 15));
-  Fleet fleet;
-  Node node;
-  node.name = "n";
-  node.gpus.push_back({"A100-80GB", 1, 2.0, true, ""});
-  fleet.nodes.push_back(node);
+  const Fleet fleet = OneNode({GpuGroup{"A100-80GB", 1, 2.0, true, ""}});
   PlanResult plan;
   plan.sizing.push_back(ReplicaSizing(1, {Option(a100, "3g.40gb", 1)}));
   plan.sizing.push_back(ReplicaSizing(1, {Option(a100, "2g.20gb", 1)}));
@@ -415,11 +409,7 @@ TEST(Report, SurplusCapacitySurvivesALoss) {
   Workload w = Replicas("svc", "t", 1, 5);
   w.min_instances = 2;
   workloads.workloads.push_back(w);
-  Fleet fleet;
-  Node node;
-  node.name = "n";
-  node.gpus.push_back({"H100-80GB", 2, 4.0, true, ""});
-  fleet.nodes.push_back(node);
+  const Fleet fleet = OneNode({GpuGroup{"H100-80GB", 2, 4.0, true, ""}});
   PlanResult plan;
   WorkloadSizing sizing = ReplicaSizing(1, {Option(h100, "1g.10gb", 1), Option(h100, "", 1)});
   sizing.min_instances = 2;
@@ -658,11 +648,7 @@ TEST(Report, MigPartedConfigWholeGpuIsDisabled) {
   const hw::GpuModel& h100 = Model("H100-80GB");
   WorkloadSet workloads;
   workloads.workloads.push_back(Replicas("big", "t", 1, 70));
-  Fleet fleet;
-  Node node;
-  node.name = "solo";
-  node.gpus.push_back({"H100-80GB", 1, 4.0, false, ""});
-  fleet.nodes.push_back(node);
+  const Fleet fleet = OneNode({GpuGroup{"H100-80GB", 1, 4.0, false, ""}}, "solo");
   PlanResult plan;
   plan.sizing.push_back(ReplicaSizing(1, {Option(h100, "", 1)}));
   PlannedGpu gpu = Gpu(0, 0, h100, 4.0);
