@@ -78,6 +78,7 @@ void AddProfilesCommand(CLI::App& app, const GlobalOptions& global, Action* acti
 void AddLayoutsCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddCheckCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action);
+void AddReplayCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddApplyCommands(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddStatusCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddDoctorCommand(CLI::App& app, const GlobalOptions& global, Action* action);

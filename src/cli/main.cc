@@ -20,7 +20,9 @@ int main(int argc, char** argv) {
       "  gpuslice status                      instances, UUIDs, memory and processes per GPU\n"
       "  gpuslice doctor                      pre-deployment checklist for this node\n\n"
       "Plan a fleet:\n"
-      "  gpuslice plan -w workloads.yaml -f fleet.yaml -o out   layouts, cost, savings, configs\n",
+      "  gpuslice plan -w workloads.yaml -f fleet.yaml -o out   layouts, cost, savings, configs\n\n"
+      "Choose a placement policy:\n"
+      "  gpuslice replay --nodes nodes.csv --pods pods.csv   replay a trace under every policy\n",
       "gpuslice");
   app.require_subcommand(1);
   app.set_version_flag("--version", "gpuslice 0.1.0");
@@ -39,6 +41,7 @@ int main(int argc, char** argv) {
   AddStatusCommand(app, global, &action);
   AddDoctorCommand(app, global, &action);
   AddPlanCommand(app, global, &action);
+  AddReplayCommand(app, global, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
