@@ -28,6 +28,7 @@ struct ReplayCliOptions {
   std::string seeds = "42-51";
   double ratio = 1.3;
   bool mig = false;
+  bool learn = false;
   int jobs = 0;
   bool json = false;
   bool quiet = false;
@@ -153,20 +154,22 @@ int RunReplay(const ReplayCliOptions& options) {
   for (size_t p = 0; p < policies.size(); ++p) {
     for (std::uint64_t seed : *seeds) jobs.push_back(Job{p, seed, absl::UnknownError("not run")});
   }
-  int threads = options.jobs > 0 ? options.jobs
-                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = options.jobs > 0
+                    ? options.jobs
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = std::min<int>(threads, static_cast<int>(jobs.size()));
   place::ReplayOptions replay_options;
   replay_options.target_ratio = options.ratio;
   replay_options.mig = options.mig;
+  replay_options.learn = options.learn;
   std::atomic<size_t> next{0};
   std::atomic<size_t> done{0};
   std::mutex print_mutex;
   auto worker = [&] {
     for (size_t j = next++; j < jobs.size(); j = next++) {
       Job& job = jobs[j];
-      job.result = place::Replay(*nodes, *pods, typical, policies[job.policy], job.seed,
-                                 replay_options);
+      job.result =
+          place::Replay(*nodes, *pods, typical, policies[job.policy], job.seed, replay_options);
       const size_t finished = ++done;
       if (!options.quiet) {
         std::lock_guard<std::mutex> lock(print_mutex);
@@ -203,13 +206,15 @@ int RunReplay(const ReplayCliOptions& options) {
     out["nodes"] = nodes->size();
     out["gpus"] = total_gpus;
     out["mig"] = options.mig;
+    out["learn"] = options.learn;
     out["ratio"] = options.ratio;
     out["seeds"] = *seeds;
     out["typical_requests"] = typical.size();
     out["policies"] = nlohmann::json::array();
     for (const Summary& s : summaries) {
       nlohmann::json curve = nlohmann::json::array();
-      for (double v : s.curve) curve.push_back(std::isnan(v) ? nlohmann::json() : nlohmann::json(v));
+      for (double v : s.curve)
+        curve.push_back(std::isnan(v) ? nlohmann::json() : nlohmann::json(v));
       out["policies"].push_back({{"policy", s.policy},
                                  {"unallocated_gpus", s.unallocated},
                                  {"unallocated_gpus_min", s.unallocated_min},
@@ -225,6 +230,7 @@ int RunReplay(const ReplayCliOptions& options) {
   }
   std::cout << "replay of " << trace << " on " << nodes->size() << " nodes, " << total_gpus
             << " GPUs" << (options.mig ? " (MIG variant: A100/H100, shares as MIG profiles)" : "")
+            << (options.learn ? " (gpuslice learns the request mix online)" : "")
             << "; arrivals to " << options.ratio * 100 << "% of GPU capacity; " << seeds->size()
             << " seed(s); " << typical.size() << " typical requests\n\n";
   Table table({"policy", "unallocated GPUs", "min-max", "alloc %", "failed pods", "s/run"});
@@ -287,6 +293,9 @@ void AddReplayCommand(CLI::App& app, const GlobalOptions& global, Action* action
       ->capture_default_str();
   cmd->add_flag("--mig", options->mig,
                 "MIG variant: A100/H100 GPUs in MIG mode, shares rounded up to MIG profiles");
+  cmd->add_flag("--learn", options->learn,
+                "The gpuslice policy is not given the trace's request mix and learns it from the "
+                "requests as they arrive");
   cmd->add_option("-j,--jobs", options->jobs, "Runs in parallel (default: one per CPU core)");
   cmd->add_flag("--json", options->json, "Machine-readable summary with the full curves");
   cmd->add_flag("-q,--quiet", options->quiet, "No progress lines on stderr");

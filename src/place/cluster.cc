@@ -45,8 +45,8 @@ absl::Status ValidateRequest(const Request& request) {
         absl::StrCat("gpu_milli: ", request.gpu_milli, " is outside 0..1000"));
   }
   if (request.vram_mib < 0) return absl::InvalidArgumentError("vram_mib: must not be negative");
-  if (request.num_gpu == 0 && (request.gpu_milli > 0 || request.vram_mib > 0 ||
-                               !request.mig_profile.empty())) {
+  if (request.num_gpu == 0 &&
+      (request.gpu_milli > 0 || request.vram_mib > 0 || !request.mig_profile.empty())) {
     return absl::InvalidArgumentError(
         "num_gpu: 0, but a GPU share, VRAM amount or MIG profile is asked");
   }
@@ -79,9 +79,9 @@ absl::StatusOr<Cluster> Cluster::Create(std::vector<NodeSpec> nodes) {
     Node node;
     if (spec.mode == GpuMode::kMig && spec.gpus > 0) {
       if (spec.hardware == nullptr || !spec.hardware->mig_capable()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": MIG mode needs a MIG-capable GPU model, got ",
-            spec.hardware == nullptr ? std::string("none") : spec.hardware->id));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": MIG mode needs a MIG-capable GPU model, got ",
+                         spec.hardware == nullptr ? std::string("none") : spec.hardware->id));
       }
       auto& shape = shapes[spec.hardware];
       if (!shape) shape = std::make_shared<const geometry::Shape>(*spec.hardware);
@@ -161,13 +161,19 @@ int Cluster::FreeMilli(int node, int gpu) const {
       return state.milli_free;
     case GpuMode::kWhole:
       return state.taken_whole ? 0 : kMilliPerGpu;
-    case GpuMode::kMig: {
-      if (state.taken_whole) return 0;
-      const int free_units = n.shape->units() - std::popcount(state.occupancy.used);
-      return free_units * kMilliPerGpu / n.shape->units();
-    }
+    case GpuMode::kMig:
+      return MigFreeMilli(*n.shape, state.occupancy);
   }
   return 0;
+}
+
+int Cluster::MigFreeMilli(const geometry::Shape& shape, const geometry::Occupancy& occupancy) {
+  const int total = shape.mig().compute_slices;
+  int used = 0;
+  for (int p = 0; p < shape.profile_count(); ++p) {
+    used += occupancy.count[static_cast<size_t>(p)] * shape.compute_slices(p);
+  }
+  return std::max(0, total - used) * kMilliPerGpu / total;
 }
 
 bool Cluster::GpuFullyFree(int node, int gpu) const {
@@ -209,7 +215,8 @@ std::optional<GpuClaim> Cluster::ShareClaim(int node, int gpu, const Request& re
     claim.vram_mib = request.vram_mib;
     return claim;
   }
-  const int best_start = BestMigStart(*n.shape, n.gpus[static_cast<size_t>(gpu)].occupancy, profile);
+  const int best_start =
+      BestMigStart(*n.shape, n.gpus[static_cast<size_t>(gpu)].occupancy, profile);
   if (best_start < 0) return std::nullopt;
   claim.mig_profile = profile;
   claim.mig_start = best_start;
@@ -261,8 +268,7 @@ std::string Cluster::WhyNot(int node, const Request& request) const {
     return absl::StrCat("cpu: ", n.cpu_free, "m free, ", request.cpu_milli, "m asked");
   }
   if (n.memory_free < request.memory_mib) {
-    return absl::StrCat("memory: ", n.memory_free, " MiB free, ", request.memory_mib,
-                        " MiB asked");
+    return absl::StrCat("memory: ", n.memory_free, " MiB free, ", request.memory_mib, " MiB asked");
   }
   if (request.cpu_only()) return "";
   if (n.spec.gpus == 0) return "no GPUs";
@@ -311,18 +317,18 @@ absl::Status Cluster::CheckClaim(const Node& node, const GpuClaim& claim,
     case GpuMode::kShared:
       if (claim.milli <= 0 || claim.milli > state.milli_free ||
           (node.spec.gpu_memory_mib > 0 && claim.vram_mib > state.vram_free_mib)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "GPU ", claim.gpu, " of ", node.spec.name, ": ", state.milli_free, " milli and ",
-            state.vram_free_mib, " MiB free, claim ", claim.milli, " milli and ", claim.vram_mib,
-            " MiB"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("GPU ", claim.gpu, " of ", node.spec.name, ": ", state.milli_free,
+                         " milli and ", state.vram_free_mib, " MiB free, claim ", claim.milli,
+                         " milli and ", claim.vram_mib, " MiB"));
       }
       return absl::OkStatus();
     case GpuMode::kMig:
       if (claim.mig_profile < 0 || claim.mig_profile >= node.shape->profile_count() ||
           !node.shape->CanAdd(state.occupancy, claim.mig_profile, claim.mig_start, {}).ok()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("GPU ", claim.gpu, " of ", node.spec.name, ": MIG instance ",
-                         claim.mig_profile, "@", claim.mig_start, " cannot be placed"));
+        return absl::FailedPreconditionError(absl::StrCat("GPU ", claim.gpu, " of ", node.spec.name,
+                                                          ": MIG instance ", claim.mig_profile, "@",
+                                                          claim.mig_start, " cannot be placed"));
       }
       (void)request;
       return absl::OkStatus();
@@ -405,12 +411,13 @@ absl::Status Cluster::Release(const Allocation& allocation) {
       return absl::InvalidArgumentError(absl::StrCat("release: no GPU ", claim.gpu));
     }
     const GpuState& state = n.gpus[static_cast<size_t>(claim.gpu)];
-    const bool held = claim.whole ? state.taken_whole
-                                  : (n.spec.mode == GpuMode::kMig
-                                         ? (state.occupancy.used &
-                                            n.shape->MaskOf(claim.mig_profile, claim.mig_start)) ==
-                                               n.shape->MaskOf(claim.mig_profile, claim.mig_start)
-                                         : state.milli_free + claim.milli <= kMilliPerGpu);
+    const bool held =
+        claim.whole
+            ? state.taken_whole
+            : (n.spec.mode == GpuMode::kMig
+                   ? (state.occupancy.used & n.shape->MaskOf(claim.mig_profile, claim.mig_start)) ==
+                         n.shape->MaskOf(claim.mig_profile, claim.mig_start)
+                   : state.milli_free + claim.milli <= kMilliPerGpu);
     if (state.holders == 0 || !held) {
       return absl::FailedPreconditionError(
           absl::StrCat("release on ", n.spec.name, ": GPU ", claim.gpu, " does not hold it"));

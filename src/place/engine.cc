@@ -204,8 +204,9 @@ absl::StatusOr<Allocation> Engine::Place(const Request& request) {
   allocation.request = request;
   if (!request.cpu_only()) allocation.gpus = policy_->ChooseGpus(cluster_, node, request);
   if (absl::Status status = cluster_.Apply(allocation); !status.ok()) {
-    return absl::InternalError(absl::StrCat("policy ", std::string(policy_->name()),
-                                            " chose an invalid placement: ", std::string(status.message())));
+    return absl::InternalError(
+        absl::StrCat("policy ", std::string(policy_->name()),
+                     " chose an invalid placement: ", std::string(status.message())));
   }
   LogChange(node);
   policy_->Observe(request, true);

@@ -23,8 +23,7 @@ GpuAfter Fragmentation::Apply(const Cluster& cluster, int node, const GpuClaim& 
   if (claim.mig_profile >= 0) {
     const geometry::Shape& shape = *cluster.shape(node);
     shape.Add(after.occupancy, claim.mig_profile, claim.mig_start);
-    const int free_units = shape.units() - std::popcount(after.occupancy.used);
-    after.free_milli = free_units * kMilliPerGpu / shape.units();
+    after.free_milli = Cluster::MigFreeMilli(shape, after.occupancy);
     return after;
   }
   after.free_milli = state.milli_free - claim.milli;

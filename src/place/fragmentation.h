@@ -37,7 +37,7 @@ class Fragmentation {
     std::uint64_t version = ~0ULL;
     double total = 0;
     std::int64_t idle = 0;
-    std::vector<int> fit_count;          // per typical: GPUs that can host its per-GPU part
+    std::vector<int> fit_count;           // per typical: GPUs that can host its per-GPU part
     std::vector<std::int64_t> nofit_sum;  // per typical: idle milli of GPUs that cannot
   };
 

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "fragmentation.h"
-#include "waste.h"
 #include "gpuslice/place/policy.h"
+#include "waste.h"
 
 namespace gpuslice::place {
 namespace {
@@ -121,8 +121,8 @@ class GpuPackingPolicy final : public Policy {
     std::int64_t free_points = 0;
     for (const auto& [free, g] : by_free) {
       if (taken == request.num_gpu) break;
-      const bool fits = request.whole() ? cluster.GpuFullyFree(node, g)
-                                        : cluster.ShareFitsGpu(node, g, request);
+      const bool fits =
+          request.whole() ? cluster.GpuFullyFree(node, g) : cluster.ShareFitsGpu(node, g, request);
       if (!fits) continue;
       taken += 1;
       taken_fully_free += cluster.GpuFullyFree(node, g) ? 1 : 0;
@@ -327,8 +327,7 @@ std::vector<GpuClaim> BestFitGpus(const Cluster& cluster, int node, const Reques
   return {*cluster.ShareClaim(node, best, request)};
 }
 
-std::vector<GpuClaim> Policy::ChooseGpus(const Cluster& cluster, int node,
-                                         const Request& request) {
+std::vector<GpuClaim> Policy::ChooseGpus(const Cluster& cluster, int node, const Request& request) {
   return BestFitGpus(cluster, node, request);
 }
 
@@ -364,8 +363,8 @@ std::vector<TypicalRequest> TypicalRequests(std::span<const Request> requests, d
 }
 
 const std::vector<std::string>& PolicyNames() {
-  static const std::vector<std::string> names = {"random",  "dotprod", "gpuclustering",
-                                                 "gpupacking", "bestfit", "fgd", "gpuslice"};
+  static const std::vector<std::string> names = {
+      "random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd", "gpuslice"};
   return names;
 }
 

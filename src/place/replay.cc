@@ -52,8 +52,7 @@ class CsvTable {
   absl::Status Require(std::initializer_list<const char*> names) const {
     for (const char* name : names) {
       if (!columns_.contains(name)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path_, ":1: missing column '", name, "'"));
+        return absl::InvalidArgumentError(absl::StrCat(path_, ":1: missing column '", name, "'"));
       }
     }
     return absl::OkStatus();
@@ -85,12 +84,12 @@ class CsvTable {
   std::vector<int> lines_;
 };
 
-#define GPUSLICE_ASSIGN_INT(var, table, row, column)   \
-  std::int64_t var = 0;                                \
-  {                                                    \
-    auto value_or = (table).Int((row), (column));      \
-    if (!value_or.ok()) return value_or.status();      \
-    var = *value_or;                                   \
+#define GPUSLICE_ASSIGN_INT(var, table, row, column) \
+  std::int64_t var = 0;                              \
+  {                                                  \
+    auto value_or = (table).Int((row), (column));    \
+    if (!value_or.ok()) return value_or.status();    \
+    var = *value_or;                                 \
   }
 
 double RoundHalfEven(double value) { return std::nearbyint(value); }
@@ -100,8 +99,7 @@ double RoundHalfEven(double value) { return std::nearbyint(value); }
 absl::StatusOr<std::vector<NodeSpec>> ReadNodesCsv(const std::string& path) {
   absl::StatusOr<CsvTable> table = CsvTable::Read(path);
   if (!table.ok()) return table.status();
-  if (absl::Status s = table->Require({"sn", "cpu_milli", "memory_mib", "gpu", "model"});
-      !s.ok()) {
+  if (absl::Status s = table->Require({"sn", "cpu_milli", "memory_mib", "gpu", "model"}); !s.ok()) {
     return s;
   }
   std::vector<NodeSpec> nodes;
@@ -274,7 +272,7 @@ absl::StatusOr<ReplayResult> Replay(const std::vector<NodeSpec>& nodes,
   absl::StatusOr<Cluster> cluster = Cluster::Create(nodes);
   if (!cluster.ok()) return cluster.status();
   PolicyOptions policy_options;
-  policy_options.typical = typical;
+  if (!(options.learn && policy_name == "gpuslice")) policy_options.typical = typical;
   policy_options.seed = seed;
   absl::StatusOr<std::unique_ptr<Policy>> policy = MakePolicy(policy_name, policy_options);
   if (!policy.ok()) return policy.status();
@@ -308,14 +306,12 @@ absl::StatusOr<ReplayResult> Replay(const std::vector<NodeSpec>& nodes,
       return allocation.status();
     }
     const double a = RoundHalfEven(static_cast<double>(arrived) / capacity / 10.0);
-    const double u =
-        std::round(static_cast<double>(engine.cluster().allocated_milli()) / capacity / 10.0 *
-                   100.0) /
-        100.0;
+    const double u = std::round(static_cast<double>(engine.cluster().allocated_milli()) / capacity /
+                                10.0 * 100.0) /
+                     100.0;
     events.emplace_back(static_cast<int>(a), u);
   }
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.pods = static_cast<int>(arrivals.pods.size());
   for (const auto& [a, u] : events) {
     if (a >= 0 && a < kCurvePoints) {
@@ -337,8 +333,8 @@ absl::StatusOr<ReplayResult> Replay(const std::vector<NodeSpec>& nodes,
     }
     result.curve[i] = c > 0 ? s / c : std::numeric_limits<double>::quiet_NaN();
   }
-  const int last = std::clamp(static_cast<int>(std::lround(options.target_ratio * 100)), 0,
-                              kCurvePoints - 1);
+  const int last =
+      std::clamp(static_cast<int>(std::lround(options.target_ratio * 100)), 0, kCurvePoints - 1);
   result.alloc_ratio = result.curve[static_cast<size_t>(last)];
   result.final_alloc_ratio =
       100.0 * static_cast<double>(engine.cluster().allocated_milli()) / (capacity * 1000.0);

@@ -11,8 +11,10 @@ int WasteModel::CpuStep(std::int64_t cpu_milli) {
   return static_cast<int>(std::clamp<std::int64_t>(cpu_milli / 1000, 0, kCpuSteps - 1));
 }
 
-void WasteModel::Build(const std::vector<TypicalRequest>& typical, double kappa) {
-  kappa_ = kappa;
+void WasteModel::Build(const std::vector<TypicalRequest>& typical, double shared_kappa,
+                       double mig_kappa) {
+  shared_kappa_ = shared_kappa;
+  mig_kappa_ = mig_kappa;
   typical_.clear();
   for (const TypicalRequest& t : typical) {
     if (t.request.cpu_only() || t.weight <= 0) continue;  // never fills a GPU
@@ -39,7 +41,7 @@ void WasteModel::Build(const std::vector<TypicalRequest>& typical, double kappa)
         r += t.weight;
         filled += t.weight * (t.whole ? 0.0 : SharedAt(step - t.milli_steps, cpu - t.cpu_steps));
       }
-      const double f = std::min(1.0, kappa_ * r);
+      const double f = std::min(1.0, shared_kappa_ * r);
       shared_[static_cast<size_t>(cpu * kMilliSteps + step)] =
           (1 - f) * step * 10.0 + (r > 0 ? f * filled / r : 0.0);
     }
@@ -62,8 +64,8 @@ double WasteModel::Mig(const geometry::Shape& shape, const geometry::Occupancy& 
 
 double WasteModel::MigAt(const geometry::Shape& shape, const geometry::Occupancy& occupancy,
                          int cpu) const {
-  const int free_units = shape.units() - std::popcount(occupancy.used);
-  if (free_units == 0) return 0;
+  const int free_compute = Cluster::MigFreeMilli(shape, occupancy);
+  if (free_compute == 0) return 0;
   const MigKey key{&shape, occupancy.used, occupancy.instances, cpu};
   if (auto it = mig_.find(key); it != mig_.end()) return it->second;
   std::vector<int>& profiles = mig_profiles_[&shape];
@@ -79,16 +81,16 @@ double WasteModel::MigAt(const geometry::Shape& shape, const geometry::Occupancy
                   : profile.compute_slices * 100 < t.milli_steps * shape.mig().compute_slices) {
           continue;
         }
-        if (best < 0 || std::pair(profile.compute_slices, profile.memory_mib) <
-                            std::pair(shape.profile(best).compute_slices,
-                                      shape.profile(best).memory_mib)) {
+        if (best < 0 ||
+            std::pair(profile.compute_slices, profile.memory_mib) <
+                std::pair(shape.profile(best).compute_slices, shape.profile(best).memory_mib)) {
           best = p;
         }
       }
       profiles.push_back(best);
     }
   }
-  const double free_milli = 1000.0 * free_units / shape.units();
+  const double free_milli = free_compute;
   double r = 0;
   double filled = 0;
   for (size_t i = 0; i < typical_.size(); ++i) {
@@ -108,7 +110,7 @@ double WasteModel::MigAt(const geometry::Shape& shape, const geometry::Occupancy
     r += t.weight;
     filled += t.weight * MigAt(shape, after, cpu - t.cpu_steps);
   }
-  const double f = std::min(1.0, kappa_ * r);
+  const double f = std::min(1.0, mig_kappa_ * r);
   const double waste = (1 - f) * free_milli + (r > 0 ? f * filled / r : 0.0);
   mig_.emplace(key, waste);
   return waste;

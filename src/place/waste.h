@@ -32,9 +32,13 @@ namespace gpuslice::place::internal {
 
 class WasteModel {
  public:
-  static constexpr double kDefaultKappa = 30;
+  // κ for shared GPUs (fine-grained holes, many of them) and for MIG GPUs (a few coarse slots);
+  // calibrated on the Alibaba default trace, checked on the others (docs/PLACEMENT.md).
+  static constexpr double kSharedKappa = 30;
+  static constexpr double kMigKappa = 1;
 
-  void Build(const std::vector<TypicalRequest>& typical, double kappa = kDefaultKappa);
+  void Build(const std::vector<TypicalRequest>& typical, double shared_kappa = kSharedKappa,
+             double mig_kappa = kMigKappa);
 
   // Waste of a shared-mode GPU with `free_milli` free on a node with `cpu_free` milli-CPU free.
   double Shared(int free_milli, std::int64_t cpu_free) const;
@@ -62,7 +66,8 @@ class WasteModel {
     double weight = 0;
   };
   std::vector<Typical> typical_;
-  double kappa_ = kDefaultKappa;
+  double shared_kappa_ = kSharedKappa;
+  double mig_kappa_ = kMigKappa;
   std::vector<double> shared_;
   using MigKey = std::tuple<const geometry::Shape*, geometry::UnitMask, int, int>;
   mutable std::map<MigKey, double> mig_;

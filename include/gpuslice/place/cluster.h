@@ -52,7 +52,7 @@ struct NodeSpec {
   int max_pods = 1001;
   int gpus = 0;
   GpuMode mode = GpuMode::kShared;
-  std::int64_t gpu_memory_mib = 0;          // VRAM per GPU; 0 = not accounted
+  std::int64_t gpu_memory_mib = 0;         // VRAM per GPU; 0 = not accounted
   const hw::GpuModel* hardware = nullptr;  // REQUIRED for kMig (a MIG-capable catalog model)
 };
 
@@ -79,18 +79,18 @@ absl::Status ValidateRequest(const Request& request);
 struct GpuState {
   int milli_free = kMilliPerGpu;  // shared: free compute share; whole/MIG: 1000 free, 0 taken
   std::int64_t vram_free_mib = 0;
-  int holders = 0;                   // claims on this GPU
-  bool taken_whole = false;          // claimed as a whole GPU
+  int holders = 0;                  // claims on this GPU
+  bool taken_whole = false;         // claimed as a whole GPU
   geometry::Occupancy occupancy{};  // MIG mode only
 };
 
 // What one request got on one GPU.
 struct GpuClaim {
-  int gpu = 0;                 // index within the node
-  int milli = 0;               // compute share taken (1000 for whole GPUs and MIG instances' 7g)
-  std::int64_t vram_mib = 0;   // VRAM taken (shared mode)
-  int mig_profile = -1;        // MIG: profile index of the node's Shape
-  int mig_start = -1;          // MIG: placement start
+  int gpu = 0;                // index within the node
+  int milli = 0;              // compute share taken (1000 for whole GPUs and MIG instances' 7g)
+  std::int64_t vram_mib = 0;  // VRAM taken (shared mode)
+  int mig_profile = -1;       // MIG: profile index of the node's Shape
+  int mig_start = -1;         // MIG: placement start
   bool whole = false;
 };
 
@@ -119,9 +119,7 @@ class Cluster {
   std::uint64_t version(int node) const { return at(node).version; }
   // GPU requests on the node by kind: tag 0 = shares, tag k = k whole GPUs, with their counts
   // (CPU-only requests are not counted). Sorted by tag.
-  const std::vector<std::pair<int, int>>& gpu_request_tags(int node) const {
-    return at(node).tags;
-  }
+  const std::vector<std::pair<int, int>>& gpu_request_tags(int node) const { return at(node).tags; }
   int total_gpus() const { return total_gpus_; }
   // Allocated GPU milli over the cluster: shares count their milli, whole GPUs 1000, MIG
   // instances their fraction of the compute slices.
@@ -142,9 +140,10 @@ class Cluster {
   int MigProfileFor(int node, const Request& request) const;
   // The compute fraction (milli) a MIG profile represents: slices / the model's full slices.
   int MigMilli(int node, int profile) const;
-  // Free milli of a GPU in any mode: shared = milli_free, whole = 1000 or 0, MIG = free compute
-  // slices in milli (units not covered by any instance, as a fraction of all units).
+  // Free milli of a GPU in any mode: shared = milli_free, whole = 1000 or 0, MIG = compute slices
+  // not in any instance, as a fraction of the model's compute slices.
   int FreeMilli(int node, int gpu) const;
+  static int MigFreeMilli(const geometry::Shape& shape, const geometry::Occupancy& occupancy);
 
   // Builds the claim for a share request on `gpu` (MIG: the lowest free start of its profile
   // that keeps the most capacity free for other profiles).

@@ -15,7 +15,8 @@
 //                   fragmentation (against the typical requests) the least
 //   gpuslice        ours (docs/PLACEMENT.md): FGD's fragmentation measured exactly (no truncation),
 //                   weighted by what the request stream actually asks for as it evolves, aware of
-//                   MIG placements, with ties broken towards fuller nodes and whole GPUs kept whole.
+//                   MIG placements, with ties broken towards fuller nodes and whole GPUs kept
+//                   whole.
 //
 // Contract with the engine (gpuslice/place/engine.h): ScoreNode is called only for nodes the
 // request Fits, and must depend only on that node's state, the request and the policy's own state,

@@ -44,6 +44,9 @@ absl::StatusOr<std::vector<TracePod>> ReadPodsCsv(const std::string& path);
 struct ReplayOptions {
   double target_ratio = 1.3;
   bool mig = false;
+  // The gpuslice policy gets no typical requests and learns the mix from the stream as it
+  // arrives (what a live scheduler must do); other policies are unaffected.
+  bool learn = false;
 };
 
 // Converts a trace to the MIG variant (see above). Fails if a catalog model is missing.
