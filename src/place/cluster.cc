@@ -109,6 +109,11 @@ bool Cluster::ModelAllowed(int node, const Request& request) const {
 int Cluster::MigProfileFor(int node, const Request& request) const {
   const geometry::Shape* s = shape(node);
   if (s == nullptr) return -1;
+  return MigProfileFor(*s, request);
+}
+
+int Cluster::MigProfileFor(const geometry::Shape& shape, const Request& request) {
+  const geometry::Shape* s = &shape;
   const hw::MigSpec& mig = s->mig();
   if (!request.mig_profile.empty()) {
     if (const hw::GiProfile* exact = mig.FindProfile(request.mig_profile)) {

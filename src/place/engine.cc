@@ -11,6 +11,7 @@ namespace gpuslice::place {
 
 struct Engine::ClassCache {
   bool initialized = false;
+  int ever_fits = -1;  // could any node hold the class when empty (-1 not known yet)
   std::uint64_t epoch = 0;
   std::size_t cursor = 0;  // global change number processed up to
   std::vector<std::uint64_t> seen_version;
@@ -126,29 +127,26 @@ int Engine::FeasibleNodes(const Request& request) {
   return cache.count[1];
 }
 
-std::string Engine::RejectionReason(const Request& request) const {
-  // Could any node hold it when empty?
-  bool ever = false;
-  for (int node = 0; node < cluster_.node_count() && !ever; ++node) {
+bool Engine::EverFits(const Request& request) const {
+  for (int node = 0; node < cluster_.node_count(); ++node) {
     const NodeSpec& spec = cluster_.spec(node);
     if (spec.cpu_milli < request.cpu_milli || spec.memory_mib < request.memory_mib ||
         spec.max_pods < 1) {
       continue;
     }
-    if (request.cpu_only()) {
-      ever = true;
-    } else if (spec.gpus >= request.num_gpu && cluster_.ModelAllowed(node, request)) {
-      if (request.whole()) {
-        ever = true;
-      } else if (spec.mode == GpuMode::kShared) {
-        ever = request.mig_profile.empty() &&
-               (spec.gpu_memory_mib == 0 || request.vram_mib <= spec.gpu_memory_mib);
-      } else if (spec.mode == GpuMode::kMig) {
-        ever = cluster_.MigProfileFor(node, request) >= 0;
-      }
+    if (request.cpu_only()) return true;
+    if (spec.gpus < request.num_gpu || !cluster_.ModelAllowed(node, request)) continue;
+    if (request.whole()) return true;
+    if (spec.mode == GpuMode::kShared && request.mig_profile.empty() &&
+        (spec.gpu_memory_mib == 0 || request.vram_mib <= spec.gpu_memory_mib)) {
+      return true;
     }
+    if (spec.mode == GpuMode::kMig && cluster_.MigProfileFor(node, request) >= 0) return true;
   }
-  if (!ever) return "";
+  return false;
+}
+
+std::string Engine::RejectionReason(const Request& request) const {
   std::map<std::string, int> reasons;
   for (int node = 0; node < cluster_.node_count(); ++node) {
     std::string why = cluster_.WhyNot(node, request);
@@ -190,14 +188,15 @@ absl::StatusOr<Allocation> Engine::Place(const Request& request) {
   }
   if (node < 0) {
     policy_->Observe(request, false);
-    if (!explain_rejections_) return absl::ResourceExhaustedError("no node has room now");
-    const std::string reason = RejectionReason(request);
-    if (reason.empty()) {
+    if (cache.ever_fits < 0) cache.ever_fits = EverFits(request) ? 1 : 0;
+    if (cache.ever_fits == 0) {
       return absl::FailedPreconditionError(
           "no node of the cluster can ever hold this request (CPU, memory, GPU count, model or "
           "MIG profile)");
     }
-    return absl::ResourceExhaustedError(absl::StrCat("no node has room now: ", reason));
+    if (!explain_rejections_) return absl::ResourceExhaustedError("no node has room now");
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no node has room now: ", RejectionReason(request)));
   }
   Allocation allocation;
   allocation.node = node;
@@ -210,12 +209,20 @@ absl::StatusOr<Allocation> Engine::Place(const Request& request) {
   }
   LogChange(node);
   policy_->Observe(request, true);
+  allocation.id = next_id_++;
+  live_.emplace(allocation.id, allocation);
   return allocation;
 }
 
 absl::Status Engine::Release(const Allocation& allocation) {
-  if (absl::Status status = cluster_.Release(allocation); !status.ok()) return status;
-  LogChange(allocation.node);
+  auto it = live_.find(allocation.id);
+  if (it == live_.end()) {
+    return absl::NotFoundError(absl::StrCat("allocation ", allocation.id, " is not live"));
+  }
+  // Release what was granted, whatever the caller's copy says.
+  if (absl::Status status = cluster_.Release(it->second); !status.ok()) return status;
+  LogChange(it->second.node);
+  live_.erase(it);
   return absl::OkStatus();
 }
 

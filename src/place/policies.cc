@@ -25,7 +25,12 @@ std::int64_t NodeGpuFree(const Cluster& cluster, int node) {
   return free;
 }
 
-std::int64_t GpuDemand(const Request& request) {
+// GPU milli the request takes on `node` (a MIG profile: its share of the compute slices).
+std::int64_t GpuDemand(const Cluster& cluster, int node, const Request& request) {
+  if (!request.mig_profile.empty()) {
+    const int profile = cluster.MigProfileFor(node, request);
+    return profile < 0 ? 0 : cluster.MigMilli(node, profile);
+  }
   return static_cast<std::int64_t>(request.milli()) * request.num_gpu;
 }
 
@@ -76,7 +81,7 @@ class DotProductPolicy final : public Policy {
     const double node_cpu = static_cast<double>(cluster.cpu_free(node)) / kMaxSpecCpu;
     const double node_gpu = static_cast<double>(NodeGpuFree(cluster, node)) / kMaxSpecGpu;
     const double pod_cpu = static_cast<double>(request.cpu_milli) / kMaxSpecCpu;
-    const double pod_gpu = static_cast<double>(GpuDemand(request)) / kMaxSpecGpu;
+    const double pod_gpu = static_cast<double>(GpuDemand(cluster, node, request)) / kMaxSpecGpu;
     const double d = (node_cpu * pod_cpu + node_gpu * pod_gpu) / 2;
     return {static_cast<std::int64_t>(100 * (1 - d)), 0};
   }
@@ -139,7 +144,8 @@ class BestFitPolicy final : public Policy {
   Score ScoreNode(const Cluster& cluster, int node, const Request& request) const override {
     const double s =
         0.5 * static_cast<double>(cluster.cpu_free(node) - request.cpu_milli) / kMaxSpecCpu +
-        0.5 * static_cast<double>(NodeGpuFree(cluster, node) - GpuDemand(request)) / kMaxSpecGpu;
+        0.5 * static_cast<double>(NodeGpuFree(cluster, node) - GpuDemand(cluster, node, request)) /
+            kMaxSpecGpu;
     return {static_cast<std::int64_t>((1 - s) * 100), 0};
   }
 };
@@ -332,11 +338,17 @@ std::vector<GpuClaim> Policy::ChooseGpus(const Cluster& cluster, int node, const
 }
 
 std::vector<TypicalRequest> TypicalRequests(std::span<const Request> requests, double coverage) {
-  using Key = std::tuple<std::int64_t, int, int, std::string>;
+  // FGD's key (cpu, milli per GPU, GPU count, models), plus the MIG profile and VRAM that FGD's
+  // traces do not have.
+  using Key = std::tuple<std::int64_t, int, int, std::string, std::string, std::int64_t>;
   std::map<Key, std::pair<int, const Request*>> counts;
   for (const Request& request : requests) {
-    Key key{request.cpu_milli, request.num_gpu == 0 ? 0 : request.milli(), request.num_gpu,
-            absl::StrJoin(request.models, "|")};
+    Key key{request.cpu_milli,
+            request.num_gpu == 0 || !request.mig_profile.empty() ? 0 : request.milli(),
+            request.num_gpu,
+            absl::StrJoin(request.models, "|"),
+            request.mig_profile,
+            request.vram_mib};
     auto& entry = counts[key];
     entry.first += 1;
     if (entry.second == nullptr) entry.second = &request;

@@ -103,10 +103,16 @@ absl::StatusOr<std::vector<NodeSpec>> ReadNodesCsv(const std::string& path) {
     return s;
   }
   std::vector<NodeSpec> nodes;
+  std::map<std::string, size_t> seen;
   for (size_t row = 0; row < table->size(); ++row) {
     NodeSpec node;
     node.name = table->Cell(row, "sn");
     if (node.name.empty()) return absl::InvalidArgumentError(table->Where(row, "sn") + ": empty");
+    if (!seen.emplace(node.name, row).second) {
+      return absl::InvalidArgumentError(absl::StrCat(table->Where(row, "sn"), ": node '", node.name,
+                                                     "' appears twice (first at ",
+                                                     table->Where(seen[node.name], "sn"), ")"));
+    }
     GPUSLICE_ASSIGN_INT(cpu, *table, row, "cpu_milli");
     GPUSLICE_ASSIGN_INT(memory, *table, row, "memory_mib");
     GPUSLICE_ASSIGN_INT(gpus, *table, row, "gpu");
@@ -122,12 +128,6 @@ absl::StatusOr<std::vector<NodeSpec>> ReadNodesCsv(const std::string& path) {
   }
   std::sort(nodes.begin(), nodes.end(),
             [](const NodeSpec& a, const NodeSpec& b) { return a.name < b.name; });
-  for (size_t i = 1; i < nodes.size(); ++i) {
-    if (nodes[i].name == nodes[i - 1].name) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": node '", nodes[i].name, "' appears twice"));
-    }
-  }
   return nodes;
 }
 
@@ -241,7 +241,9 @@ Arrivals MakeArrivals(const std::vector<TracePod>& trace, int node_count, int to
   std::int64_t demand = 0;
   for (const TracePod* pod : arrivals.pods) demand += Demand(pod->request);
   const auto target = static_cast<std::int64_t>(target_ratio * total_gpus * kMilliPerGpu);
-  if (!trace.empty() && demand < target) {
+  std::int64_t trace_demand = 0;
+  for (const TracePod& pod : trace) trace_demand += Demand(pod.request);
+  if (trace_demand > 0 && demand < target) {
     std::uniform_int_distribution<size_t> pick(0, trace.size() - 1);
     for (;;) {
       const TracePod* candidate = &trace[pick(rng)];

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <bit>
 
-#include "gpuslice/hw/gpu_model.h"
-
 namespace gpuslice::place::internal {
 
 int WasteModel::CpuStep(std::int64_t cpu_milli) {
@@ -22,8 +20,7 @@ void WasteModel::Build(const std::vector<TypicalRequest>& typical, double shared
     entry.milli_steps = (t.request.milli() + 9) / 10;
     entry.cpu_steps = static_cast<int>((t.request.cpu_milli + 999) / 1000);
     entry.whole = t.request.whole();
-    entry.mig_profile = t.request.mig_profile;
-    entry.num_gpu = t.request.num_gpu;
+    entry.request = t.request;
     entry.weight = t.weight;
     typical_.push_back(entry);
   }
@@ -36,7 +33,7 @@ void WasteModel::Build(const std::vector<TypicalRequest>& typical, double shared
       double r = 0;
       double filled = 0;
       for (const Typical& t : typical_) {
-        if (!t.mig_profile.empty() || t.cpu_steps > cpu) continue;
+        if (!t.request.mig_profile.empty() || t.cpu_steps > cpu) continue;
         if (t.whole ? step != kMilliSteps - 1 : t.milli_steps > step) continue;
         r += t.weight;
         filled += t.weight * (t.whole ? 0.0 : SharedAt(step - t.milli_steps, cpu - t.cpu_steps));
@@ -66,29 +63,12 @@ double WasteModel::MigAt(const geometry::Shape& shape, const geometry::Occupancy
                          int cpu) const {
   const int free_compute = Cluster::MigFreeMilli(shape, occupancy);
   if (free_compute == 0) return 0;
-  const MigKey key{&shape, occupancy.used, occupancy.instances, cpu};
+  const MigKey key{&shape, occupancy.used, occupancy.count, cpu};
   if (auto it = mig_.find(key); it != mig_.end()) return it->second;
   std::vector<int>& profiles = mig_profiles_[&shape];
   if (profiles.empty()) {
-    // Each typical request's profile on this model (as Cluster::MigProfileFor resolves it).
-    for (const Typical& t : typical_) {
-      int best = -1;
-      for (int p = 0; p < shape.profile_count(); ++p) {
-        const hw::GiProfile& profile = shape.profile(p);
-        if (profile.variant != hw::MediaVariant::kStandard) continue;
-        const bool named = !t.mig_profile.empty();
-        if (named ? t.mig_profile != std::to_string(profile.compute_slices) + "g"
-                  : profile.compute_slices * 100 < t.milli_steps * shape.mig().compute_slices) {
-          continue;
-        }
-        if (best < 0 ||
-            std::pair(profile.compute_slices, profile.memory_mib) <
-                std::pair(shape.profile(best).compute_slices, shape.profile(best).memory_mib)) {
-          best = p;
-        }
-      }
-      profiles.push_back(best);
-    }
+    // Each typical request's profile on this model, resolved as the cluster resolves it.
+    for (const Typical& t : typical_) profiles.push_back(Cluster::MigProfileFor(shape, t.request));
   }
   const double free_milli = free_compute;
   double r = 0;

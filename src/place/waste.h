@@ -17,7 +17,8 @@
 // and a MIG GPU's free units that no profile can start on as waste in full.
 //
 // Shared GPUs: a table over free milli (10-milli steps) × free CPU (1-core steps), built once per
-// set of typical requests. MIG GPUs: memoised per (model, used placement units, instances, CPU).
+// set of typical requests. MIG GPUs: memoised per (model, used placement units, instances of each
+// profile, CPU).
 #pragma once
 
 #include <cstdint>
@@ -61,15 +62,15 @@ class WasteModel {
     int milli_steps = 0;  // per-GPU part, rounded up to 10-milli steps
     int cpu_steps = 0;    // CPU rounded up to cores
     bool whole = false;
-    std::string mig_profile;
-    int num_gpu = 0;
+    Request request;  // for resolving the MIG profile as the cluster does
     double weight = 0;
   };
   std::vector<Typical> typical_;
   double shared_kappa_ = kSharedKappa;
   double mig_kappa_ = kMigKappa;
   std::vector<double> shared_;
-  using MigKey = std::tuple<const geometry::Shape*, geometry::UnitMask, int, int>;
+  // The placement units in use and the instances per profile identify the state.
+  using MigKey = std::tuple<const geometry::Shape*, geometry::UnitMask, geometry::Counts, int>;
   mutable std::map<MigKey, double> mig_;
   mutable std::map<const geometry::Shape*, std::vector<int>> mig_profiles_;
 };

@@ -95,6 +95,7 @@ struct GpuClaim {
 };
 
 struct Allocation {
+  std::uint64_t id = 0;  // set by the Engine: unique among its allocations
   int node = -1;
   std::vector<GpuClaim> gpus;
   Request request;
@@ -138,6 +139,7 @@ class Cluster {
   bool GpuFullyFree(int node, int gpu) const;
   // The MIG profile a share or MIG request maps to on this node's model (-1: none fits).
   int MigProfileFor(int node, const Request& request) const;
+  static int MigProfileFor(const geometry::Shape& shape, const Request& request);
   // The compute fraction (milli) a MIG profile represents: slices / the model's full slices.
   int MigMilli(int node, int profile) const;
   // Free milli of a GPU in any mode: shared = milli_free, whole = 1000 or 0, MIG = compute slices

@@ -42,8 +42,10 @@ class Engine {
   // node has room now; the message says why for the closest nodes), FailedPrecondition (no node
   // of the cluster could ever hold it).
   absl::StatusOr<Allocation> Place(const Request& request);
-  // Releases an allocation made by Place.
+  // Releases an allocation made by Place (matched by its id). NotFound if it is not live.
   absl::Status Release(const Allocation& allocation);
+  // Allocations placed and not yet released.
+  std::size_t live_allocations() const { return live_.size(); }
 
   // With false, a rejection's message does not list why each node refused (saves a scan of the
   // cluster per rejected request in trace replays).
@@ -57,6 +59,7 @@ class Engine {
   ClassCache& CacheFor(const Request& request);
   void Refresh(ClassCache& cache, const Request& request);
   void Rescore(ClassCache& cache, const Request& request, int node);
+  bool EverFits(const Request& request) const;
   std::string RejectionReason(const Request& request) const;
   void LogChange(int node);
 
@@ -65,7 +68,10 @@ class Engine {
   std::vector<int> rank_;
   std::vector<int> change_log_;
   std::size_t log_base_ = 0;
-  bool explain_rejections_ = true;  // change_log_[0] is global change number log_base_
+  bool explain_rejections_ = true;
+  std::uint64_t next_id_ = 1;
+  std::unordered_map<std::uint64_t, Allocation>
+      live_;  // change_log_[0] is global change number log_base_
   std::unordered_map<std::string, std::unique_ptr<ClassCache>> classes_;
 };
 
