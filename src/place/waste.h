@@ -36,7 +36,7 @@ class WasteModel {
   // κ for shared GPUs (fine-grained holes, many of them) and for MIG GPUs (a few coarse slots);
   // calibrated on the Alibaba default trace, checked on the others (docs/PLACEMENT.md).
   static constexpr double kSharedKappa = 30;
-  static constexpr double kMigKappa = 1;
+  static constexpr double kMigKappa = 5;
 
   void Build(const std::vector<TypicalRequest>& typical, double shared_kappa = kSharedKappa,
              double mig_kappa = kMigKappa);
