@@ -2,7 +2,9 @@
 # Quick start, part 1: set up, build, and run gpuslice's main job on useful examples:
 #   1. the MIG explorer: is a layout valid on an H100, where does each instance go;
 #   2. applying mig-parted configs to a simulated machine (no GPU needed): apply, change, status;
-#   3. planning a fleet (examples/plan), then applying the plan of one node to a simulated copy of it.
+#   3. planning a fleet (examples/plan), then applying the plan of one node to a simulated copy of it;
+#   4. choosing a placement policy: replaying a request trace under every policy (examples/place, or
+#      Alibaba's trace when ../shared/data/alibaba-gpu-v2023 is there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -30,6 +32,14 @@ run sim create "$node" 4xA100-80GB
 run apply --sim "$node" -f "$plan/mig-config.yaml" -c gpuslice-gpu-a100-01
 run assert --sim "$node" -f "$plan/mig-config.yaml" -c gpuslice-gpu-a100-01
 run status --sim "$node"
+
+section "4. Choose a placement policy: replay a request trace under every policy, side by side"
+alibaba=../shared/data/alibaba-gpu-v2023
+if [[ -f "$alibaba/openb_pod_list_default.csv" ]]; then
+  run replay --nodes "$alibaba/openb_node_list_gpu_node.csv" --pods "$alibaba/openb_pod_list_default.csv" -q
+else
+  run replay --nodes examples/place/nodes.csv --pods examples/place/pods.csv --seeds 1-5 -q
+fi
 echo
 echo "Try next: $g gpus | $g profiles A100-40GB | $g layouts H100-80GB --maximal | $g --help"
 echo "          $g plan -w examples/plan/workloads.yaml -f examples/plan/fleet.yaml --current $plan/assignment.json"
