@@ -45,8 +45,8 @@ absl::Status ValidateRequest(const Request& request) {
         absl::StrCat("gpu_milli: ", request.gpu_milli, " is outside 0..1000"));
   }
   if (request.vram_mib < 0) return absl::InvalidArgumentError("vram_mib: must not be negative");
-  if (request.num_gpu == 0 &&
-      (request.gpu_milli > 0 || request.vram_mib > 0 || !request.mig_profile.empty())) {
+  if (request.num_gpu == 0 && (request.gpu_milli > 0 || request.vram_mib > 0 ||
+                               !request.mig_profile.empty() || !request.mig_class.empty())) {
     return absl::InvalidArgumentError(
         "num_gpu: 0, but a GPU share, VRAM amount or MIG profile is asked");
   }
@@ -55,9 +55,12 @@ absl::Status ValidateRequest(const Request& request) {
         "num_gpu: ", request.num_gpu,
         " with a partial GPU (gpu_milli, vram_mib or mig_profile): shares are for one GPU"));
   }
-  if (!request.mig_profile.empty() && (request.gpu_milli > 0 || request.vram_mib > 0)) {
+  if (request.mig() && (request.gpu_milli > 0 || request.vram_mib > 0)) {
     return absl::InvalidArgumentError(
         "mig_profile: given together with gpu_milli/vram_mib; ask for one or the other");
+  }
+  if (!request.mig_profile.empty() && !request.mig_class.empty()) {
+    return absl::InvalidArgumentError("mig_class: given together with mig_profile; ask for one");
   }
   return absl::OkStatus();
 }
@@ -115,11 +118,15 @@ int Cluster::MigProfileFor(int node, const Request& request) const {
 int Cluster::MigProfileFor(const geometry::Shape& shape, const Request& request) {
   const geometry::Shape* s = &shape;
   const hw::MigSpec& mig = s->mig();
-  if (!request.mig_profile.empty()) {
-    if (const hw::GiProfile* exact = mig.FindProfile(request.mig_profile)) {
-      return mig.IndexOf(*exact);
+  if (request.mig()) {
+    std::string_view name = request.mig_profile;
+    if (!request.mig_class.empty()) {
+      auto it = request.mig_class.find(shape.model().id);
+      if (it == request.mig_class.end()) return -1;
+      name = it->second;
     }
-    const int slices = SlicesOfShortName(request.mig_profile);
+    if (const hw::GiProfile* exact = mig.FindProfile(name)) return mig.IndexOf(*exact);
+    const int slices = SlicesOfShortName(name);
     if (slices == 0) return -1;
     int best = -1;
     for (int p = 0; p < s->profile_count(); ++p) {
@@ -195,7 +202,7 @@ bool Cluster::ShareFitsGpu(int node, int gpu, const Request& request, int* mig_p
     case GpuMode::kWhole:
       return false;
     case GpuMode::kShared:
-      if (!request.mig_profile.empty()) return false;
+      if (request.mig()) return false;
       return state.milli_free >= request.milli() &&
              (request.vram_mib == 0 || n.spec.gpu_memory_mib == 0 ||
               state.vram_free_mib >= request.vram_mib);

@@ -38,6 +38,7 @@ namespace {
 std::string ClassKey(const Request& request) {
   return absl::StrCat(request.cpu_milli, "|", request.memory_mib, "|", request.num_gpu, "|",
                       request.gpu_milli, "|", request.vram_mib, "|", request.mig_profile, "|",
+                      absl::StrJoin(request.mig_class, ",", absl::PairFormatter("=")), "|",
                       absl::StrJoin(request.models, ","));
 }
 
@@ -137,7 +138,7 @@ bool Engine::EverFits(const Request& request) const {
     if (request.cpu_only()) return true;
     if (spec.gpus < request.num_gpu || !cluster_.ModelAllowed(node, request)) continue;
     if (request.whole()) return true;
-    if (spec.mode == GpuMode::kShared && request.mig_profile.empty() &&
+    if (spec.mode == GpuMode::kShared && !request.mig() &&
         (spec.gpu_memory_mib == 0 || request.vram_mib <= spec.gpu_memory_mib)) {
       return true;
     }

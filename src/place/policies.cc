@@ -27,7 +27,7 @@ std::int64_t NodeGpuFree(const Cluster& cluster, int node) {
 
 // GPU milli the request takes on `node` (a MIG profile: its share of the compute slices).
 std::int64_t GpuDemand(const Cluster& cluster, int node, const Request& request) {
-  if (!request.mig_profile.empty()) {
+  if (request.mig()) {
     const int profile = cluster.MigProfileFor(node, request);
     return profile < 0 ? 0 : cluster.MigMilli(node, profile);
   }
@@ -340,14 +340,13 @@ std::vector<GpuClaim> Policy::ChooseGpus(const Cluster& cluster, int node, const
 std::vector<TypicalRequest> TypicalRequests(std::span<const Request> requests, double coverage) {
   // FGD's key (cpu, milli per GPU, GPU count, models), plus the MIG profile and VRAM that FGD's
   // traces do not have.
-  using Key = std::tuple<std::int64_t, int, int, std::string, std::string, std::int64_t>;
+  using Key =
+      std::tuple<std::int64_t, int, int, std::string, std::string, std::string, std::int64_t>;
   std::map<Key, std::pair<int, const Request*>> counts;
   for (const Request& request : requests) {
-    Key key{request.cpu_milli,
-            request.num_gpu == 0 || !request.mig_profile.empty() ? 0 : request.milli(),
-            request.num_gpu,
-            absl::StrJoin(request.models, "|"),
-            request.mig_profile,
+    Key key{request.cpu_milli,   request.num_gpu == 0 || request.mig() ? 0 : request.milli(),
+            request.num_gpu,     absl::StrJoin(request.models, "|"),
+            request.mig_profile, absl::StrJoin(request.mig_class, ",", absl::PairFormatter("=")),
             request.vram_mib};
     auto& entry = counts[key];
     entry.first += 1;

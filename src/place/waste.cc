@@ -33,7 +33,7 @@ void WasteModel::Build(const std::vector<TypicalRequest>& typical, double shared
       double r = 0;
       double filled = 0;
       for (const Typical& t : typical_) {
-        if (!t.request.mig_profile.empty() || t.cpu_steps > cpu) continue;
+        if (t.request.mig() || t.cpu_steps > cpu) continue;
         if (t.whole ? step != kMilliSteps - 1 : t.milli_steps > step) continue;
         r += t.weight;
         filled += t.weight * (t.whole ? 0.0 : SharedAt(step - t.milli_steps, cpu - t.cpu_steps));

@@ -499,6 +499,37 @@ TEST(ClusterMig, ShareMapsToTheSmallestProfileWithEnoughSlices) {
   EXPECT_EQ(h100.shape(0)->profile(h100.MigProfileFor(0, MigRequest("1g"))).name, "1g.10gb");
 }
 
+// A class (small/medium/...) arrives resolved to one profile per GPU model: each node takes the
+// profile of its own model, and nodes of models the class does not list are not eligible.
+TEST(ClusterMig, ClassMapsToTheProfileOfEachModel) {
+  Cluster cluster = MakeCluster({MigNode("a", 1, "A100-80GB"), MigNode("h", 1, "H100-80GB"),
+                                 MigNode("b", 1, "A100-40GB"), SharedNode("s", 1)});
+  Request medium;
+  medium.num_gpu = 1;
+  medium.mig_class = {{"A100-80GB", "3g.40gb"}, {"H100-80GB", "2g"}};
+  ASSERT_TRUE(ValidateRequest(medium).ok());
+  EXPECT_TRUE(medium.mig());
+  EXPECT_FALSE(medium.whole());
+  EXPECT_EQ(cluster.shape(0)->profile(cluster.MigProfileFor(0, medium)).name, "3g.40gb");
+  EXPECT_EQ(cluster.shape(1)->profile(cluster.MigProfileFor(1, medium)).name, "2g.20gb");
+  EXPECT_EQ(cluster.MigProfileFor(2, medium), -1);  // A100-40GB is not in the class
+  EXPECT_TRUE(cluster.Fits(0, medium));
+  EXPECT_TRUE(cluster.Fits(1, medium));
+  EXPECT_FALSE(cluster.Fits(2, medium));
+  EXPECT_FALSE(cluster.Fits(3, medium));  // shared GPUs take no MIG instance
+  const std::optional<GpuClaim> claim = cluster.ShareClaim(1, 0, medium);
+  ASSERT_TRUE(claim.has_value());
+  EXPECT_EQ(cluster.shape(1)->profile(claim->mig_profile).name, "2g.20gb");
+  EXPECT_EQ(claim->milli, 2 * kMilliPerGpu / 7);
+
+  Request both = medium;
+  both.mig_profile = "1g";
+  EXPECT_FALSE(ValidateRequest(both).ok());
+  Request no_gpu = medium;
+  no_gpu.num_gpu = 0;
+  EXPECT_FALSE(ValidateRequest(no_gpu).ok());
+}
+
 TEST(ClusterMig, ShareClaimTakesTheMappedProfile) {
   Cluster cluster = MakeCluster({MigNode("m", 1)});
   const std::optional<GpuClaim> claim = cluster.ShareClaim(0, 0, Share(300));

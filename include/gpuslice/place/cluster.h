@@ -16,7 +16,10 @@
 //     share is rounded up to the smallest GPU-instance profile with at least that fraction of the
 //     compute slices and that much memory;
 //   * mig_profile: one GPU instance of that profile ("3g.40gb", or "3g" = the smallest 3-slice
-//     profile of the node's model), only on MIG GPUs.
+//     profile of the node's model), only on MIG GPUs;
+//   * mig_class: one GPU instance of a class (small/medium/...) that the caller resolved to a
+//     profile per GPU model (catalog id → profile name, as for mig_profile); only MIG GPUs of the
+//     models listed qualify.
 //   `models` restricts the GPU models (node labels) the GPUs may come from; empty = any.
 //
 // Everything here is pure and deterministic. The Cluster checks every claim it is given, so a
@@ -24,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,10 +67,13 @@ struct Request {
   int gpu_milli = 0;          // per GPU; 0 with num_gpu > 0 means whole GPUs
   std::int64_t vram_mib = 0;  // per GPU, for shares; 0 = no VRAM amount asked
   std::string mig_profile;
+  std::map<std::string, std::string> mig_class;  // GPU model id → profile
   std::vector<std::string> models;
 
+  bool mig() const { return num_gpu > 0 && (!mig_profile.empty() || !mig_class.empty()); }
+
   bool cpu_only() const { return num_gpu == 0; }
-  bool whole() const { return num_gpu > 0 && mig_profile.empty() && milli() >= kMilliPerGpu; }
+  bool whole() const { return num_gpu > 0 && !mig() && milli() >= kMilliPerGpu; }
   bool share() const { return num_gpu > 0 && !whole(); }
   int milli() const { return num_gpu == 0 ? 0 : (gpu_milli <= 0 ? kMilliPerGpu : gpu_milli); }
 };
