@@ -7,7 +7,8 @@ PACKAGES=(
   g++ cmake ninja-build pkg-config git
   libabsl-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
-  clang-format coinor-libcbc-dev
+  clang-format coinor-libcbc-dev libsqlite3-dev libssl-dev libpq-dev libcpp-httplib-dev
+  postgresql
 )
 
 missing=()

@@ -79,6 +79,8 @@ void AddLayoutsCommand(CLI::App& app, const GlobalOptions& global, Action* actio
 void AddCheckCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddReplayCommand(CLI::App& app, const GlobalOptions& global, Action* action);
+void AddServeCommand(CLI::App& app, const GlobalOptions& global, Action* action);
+void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddApplyCommands(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddStatusCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddDoctorCommand(CLI::App& app, const GlobalOptions& global, Action* action);

@@ -21,6 +21,10 @@ int main(int argc, char** argv) {
       "  gpuslice doctor                      pre-deployment checklist for this node\n\n"
       "Plan a fleet:\n"
       "  gpuslice plan -w workloads.yaml -f fleet.yaml -o out   layouts, cost, savings, configs\n\n"
+      "Hand out slices (the allocation service):\n"
+      "  gpuslice serve                       start it (local GPUs, or a simulated fleet)\n"
+      "  gpuslice acquire --class small --purpose \"...\"   get a slice; leases, renew, release\n"
+      "  gpuslice admin tenant|user|class ...  administer; gpuslice audit  who took what, why\n\n"
       "Choose a placement policy:\n"
       "  gpuslice replay --nodes nodes.csv --pods pods.csv   replay a trace under every policy\n",
       "gpuslice");
@@ -42,6 +46,8 @@ int main(int argc, char** argv) {
   AddDoctorCommand(app, global, &action);
   AddPlanCommand(app, global, &action);
   AddReplayCommand(app, global, &action);
+  AddServeCommand(app, global, &action);
+  AddClientCommands(app, global, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -215,6 +215,15 @@ absl::StatusOr<Allocation> Engine::Place(const Request& request) {
   return allocation;
 }
 
+absl::StatusOr<Allocation> Engine::Adopt(Allocation allocation) {
+  if (absl::Status status = ValidateRequest(allocation.request); !status.ok()) return status;
+  if (absl::Status status = cluster_.Apply(allocation); !status.ok()) return status;
+  LogChange(allocation.node);
+  allocation.id = next_id_++;
+  live_.emplace(allocation.id, allocation);
+  return allocation;
+}
+
 absl::Status Engine::Release(const Allocation& allocation) {
   auto it = live_.find(allocation.id);
   if (it == live_.end()) {

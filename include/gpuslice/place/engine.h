@@ -42,6 +42,9 @@ class Engine {
   // node has room now; the message says why for the closest nodes), FailedPrecondition (no node
   // of the cluster could ever hold it).
   absl::StatusOr<Allocation> Place(const Request& request);
+  // Takes over an allocation decided earlier (e.g. reloaded from a store): checks and applies it
+  // as given, and gives it a new id. Errors as Cluster::Apply.
+  absl::StatusOr<Allocation> Adopt(Allocation allocation);
   // Releases an allocation made by Place (matched by its id). NotFound if it is not live.
   absl::Status Release(const Allocation& allocation);
   // Allocations placed and not yet released.

@@ -1,0 +1,25 @@
+// gpuslice/alloc/inventory.h
+//
+// The placement inventory of one machine, from its GPUs as the device backend lists them. GPUs of
+// one model and mode form one placement node named "<host>/<model>" (the engine's nodes have one
+// model and mode each); the machine's CPU and memory are split among the groups in proportion to
+// their GPU counts. A GPU in MIG mode (or, with `mig_if_capable`, any MIG-capable GPU, as for a
+// simulated fleet) is handed out as MIG instances; the others whole.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gpuslice/device/backend.h"
+#include "gpuslice/place/cluster.h"
+
+namespace gpuslice::alloc {
+
+absl::StatusOr<place::Cluster> InventoryFromGpus(const std::string& host,
+                                                 const std::vector<device::GpuInfo>& gpus,
+                                                 std::int64_t cpu_milli, std::int64_t memory_mib,
+                                                 bool mig_if_capable);
+
+}  // namespace gpuslice::alloc

@@ -1,0 +1,231 @@
+// gpuslice/alloc/service.h
+//
+// The allocation service's core: tenants, users with API tokens, classes, quotas, leases, the
+// queue and the audit log, kept in a store::Database and decided with the placement engine
+// (gpuslice/place/engine.h). The HTTP API and the CLI are thin layers over this class.
+//
+// Rules:
+//   * A request names a class (small/medium/large/full or an admin-defined one), a MIG profile, or
+//     a fractional share (compute milli and/or VRAM), and a purpose (required).
+//   * It is granted at once, queued (FIFO per class, higher tenant priority first), or refused
+//     with a reason: over the tenant's quota (slices per class, total GiB), full GPUs not allowed
+//     for the tenant, never satisfiable on this fleet, or no room now when the caller does not
+//     want to wait.
+//   * A lease lasts ttl seconds (at most the class's maximum); it can be renewed and released; it
+//     expires at its end; it is reclaimed when idle beyond the class's idle timeout (the idle
+//     probe, fed by the device backend's metrics, says for how long). Queued requests are granted
+//     as capacity frees, in order.
+//   * Every grant, queue, release, expiry, reclaim, refusal and admin change is audited with who,
+//     what, the purpose and when.
+//   * Tenants see and change only their own leases and queue entries; admin operations need the
+//     admin role.
+//
+// Durability: every change is committed to the database (which is durable when Commit returns)
+// before the call returns, and the in-memory state changes only after the commit succeeded; a
+// failed commit leaves both unchanged. Open() reloads everything and re-places the active leases
+// on the inventory.
+//
+// Thread-safety: all public methods may be called concurrently; they are serialised inside.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gpuslice/place/cluster.h"
+#include "gpuslice/place/engine.h"
+#include "gpuslice/store/database.h"
+
+namespace gpuslice::alloc {
+
+enum class Role { kAdmin, kTenant };
+
+struct Caller {
+  std::string user;
+  std::string tenant;  // empty for admins
+  Role role = Role::kTenant;
+};
+
+// What a class hands out. Exactly one of: `mig` (a profile per GPU model id, on MIG GPUs),
+// `share_milli`/`vram_mib` (a share of a shared GPU), `full` (a whole GPU).
+struct ClassSpec {
+  std::string name;
+  std::map<std::string, std::string> mig;
+  int share_milli = 0;
+  std::int64_t vram_mib = 0;
+  bool full = false;
+  std::int64_t max_lease_s = 8 * 3600;
+  std::int64_t idle_timeout_s = 0;  // 0: never reclaimed for being idle
+};
+
+struct TenantSpec {
+  std::string name;
+  bool may_take_full = false;
+  int priority = 0;                       // higher is served first in queues
+  std::map<std::string, int> max_slices;  // per class; a class not listed is not limited
+  double max_gib = 0;                     // GPU memory held at once; 0: not limited
+};
+
+struct AcquireRequest {
+  std::string class_name;  // or
+  std::string profile;     // a MIG profile ("3g.40gb" or "3g"), or
+  int share_milli = 0;     // a fractional share
+  std::int64_t vram_mib = 0;
+  std::string purpose;     // required
+  std::int64_t ttl_s = 0;  // 0: the class's maximum
+  bool wait = true;        // queue when there is no room now
+};
+
+struct Lease {
+  std::int64_t id = 0;
+  std::string tenant;
+  std::string user;
+  std::string class_name;  // the class, "profile:<name>" or "share"
+  std::string purpose;
+  std::string node;
+  std::vector<place::GpuClaim> claims;
+  std::vector<std::string> devices;  // one line per GPU: "GPU 3", "GPU 1 MIG 3g.40gb@4", ...
+  double memory_gib = 0;
+  std::int64_t granted_at = 0;
+  std::int64_t expires_at = 0;
+  std::int64_t ended_at = 0;
+  std::string state;  // active, released, expired, reclaimed
+};
+
+struct QueueEntry {
+  std::int64_t id = 0;
+  std::string tenant;
+  std::string user;
+  std::string class_name;
+  std::string purpose;
+  int priority = 0;
+  std::int64_t enqueued_at = 0;
+  int position = 0;  // 1-based within its class
+  std::string reason;
+};
+
+struct AcquireResult {
+  enum class Outcome { kGranted, kQueued, kRefused };
+  Outcome outcome = Outcome::kRefused;
+  Lease lease;         // kGranted
+  QueueEntry queued;   // kQueued
+  std::string reason;  // kQueued / kRefused
+};
+
+struct AuditEvent {
+  std::int64_t id = 0;
+  std::int64_t at = 0;
+  std::string actor;
+  std::string tenant;
+  std::string action;  // grant, queue, release, expire, reclaim, refuse, cancel, tenant.put, ...
+  std::string subject;
+  std::string purpose;
+  std::string detail;  // JSON
+};
+
+struct AuditQuery {
+  std::string tenant;      // empty: all (admins only)
+  std::int64_t since = 0;  // epoch seconds
+  int limit = 1000;
+};
+
+struct ServiceOptions {
+  std::function<std::int64_t()> clock;  // epoch seconds; default: the system clock
+  std::string policy = "gpuslice";      // placement policy
+  bool seed_default_classes = true;     // small/medium/large/full when the store is new
+};
+
+class Service {
+ public:
+  // Migrates the store, loads its state and re-places the active leases on `inventory`. A lease
+  // that no longer fits (its GPU is gone) is ended as "lost" and audited.
+  static absl::StatusOr<std::unique_ptr<Service>> Open(std::unique_ptr<store::Database> db,
+                                                       place::Cluster inventory,
+                                                       ServiceOptions options = {});
+  ~Service();
+
+  // Tokens: created once, returned in clear only here, stored as SHA-256.
+  absl::StatusOr<std::string> CreateUser(const Caller& caller, const std::string& name,
+                                         const std::string& tenant, Role role);
+  absl::StatusOr<Caller> Authenticate(const std::string& token);
+  // The first admin, created when the store has no admin yet; nullopt when one exists.
+  absl::StatusOr<std::optional<std::string>> BootstrapAdmin(const std::string& name);
+
+  absl::Status PutTenant(const Caller& caller, const TenantSpec& tenant);
+  absl::Status DeleteTenant(const Caller& caller, const std::string& name);
+  absl::StatusOr<std::vector<TenantSpec>> Tenants(const Caller& caller);
+  absl::Status PutClass(const Caller& caller, const ClassSpec& spec);
+  absl::Status DeleteClass(const Caller& caller, const std::string& name);
+  std::vector<ClassSpec> Classes();
+
+  absl::StatusOr<AcquireResult> Acquire(const Caller& caller, const AcquireRequest& request);
+  absl::StatusOr<Lease> Renew(const Caller& caller, std::int64_t lease_id, std::int64_t ttl_s);
+  absl::Status Release(const Caller& caller, std::int64_t lease_id);
+  absl::Status CancelQueued(const Caller& caller, std::int64_t queue_id);
+  absl::StatusOr<std::vector<Lease>> Leases(const Caller& caller, bool active_only = true);
+  absl::StatusOr<Lease> GetLease(const Caller& caller, std::int64_t lease_id);
+  absl::StatusOr<std::vector<QueueEntry>> Queue(const Caller& caller);
+  absl::StatusOr<std::vector<AuditEvent>> Audit(const Caller& caller, const AuditQuery& query);
+
+  // Expires leases past their end, reclaims idle ones (`idle_seconds` returns how long a lease
+  // has had no process and no memory in use, or -1 when unknown), and grants queued requests
+  // that now fit. Returns the number of leases ended.
+  absl::StatusOr<int> Tick(const std::function<std::int64_t(const Lease&)>& idle_seconds = {});
+
+  const place::Cluster& inventory() const { return engine_.cluster(); }
+  std::string_view store_kind() const { return db_->kind(); }
+
+ private:
+  Service(std::unique_ptr<store::Database> db, place::Engine engine, ServiceOptions options);
+  absl::Status Load();
+  absl::StatusOr<std::string> CreateUserLocked(const Caller& caller, const std::string& name,
+                                               const std::string& tenant, Role role);
+  std::int64_t Now() const { return options_.clock(); }
+  absl::Status Audited(const Caller& caller, const std::string& tenant, const std::string& action,
+                       const std::string& subject, const std::string& purpose,
+                       const std::string& detail);
+  absl::StatusOr<place::Request> RequestFor(const AcquireRequest& request,
+                                            const ClassSpec** spec_out, std::string* class_name);
+  std::string QuotaProblem(const TenantSpec& tenant, const std::string& class_name,
+                           double gib) const;
+  double GibOf(const place::Allocation& allocation) const;
+  Lease MakeLease(const place::Allocation& allocation, const std::string& tenant,
+                  const std::string& user, const std::string& class_name,
+                  const std::string& purpose, std::int64_t ttl_s);
+  absl::Status EndLease(std::int64_t lease_id, const std::string& state, const Caller& actor);
+  absl::StatusOr<int> GrantQueued();
+  void Renumber();
+
+  std::mutex mutex_;
+  std::unique_ptr<store::Database> db_;
+  place::Engine engine_;
+  ServiceOptions options_;
+  std::map<std::string, TenantSpec> tenants_;
+  std::map<std::string, ClassSpec> classes_;
+  struct Active {
+    Lease lease;
+    place::Allocation allocation;
+  };
+  std::map<std::int64_t, Active> active_;
+  struct Queued {
+    QueueEntry entry;
+    AcquireRequest request;
+    place::Request placement;
+    std::int64_t ttl_s = 0;
+  };
+  std::vector<Queued> queue_;  // in service order
+  std::int64_t next_lease_ = 1;
+  std::int64_t next_queue_ = 1;
+  std::int64_t next_audit_ = 1;
+};
+
+// SHA-256 of a token, hex.
+std::string HashToken(const std::string& token);
+
+}  // namespace gpuslice::alloc

@@ -1,0 +1,1188 @@
+#include "gpuslice/alloc/service.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gpuslice/hw/catalog.h"
+#include "nlohmann/json.hpp"
+
+namespace gpuslice::alloc {
+namespace {
+
+using nlohmann::json;
+using store::Value;
+
+constexpr std::int64_t kMaxTtlS = 30LL * 24 * 3600;
+constexpr size_t kMaxText = 1024;
+
+std::int64_t SystemNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string RoleName(Role role) { return role == Role::kAdmin ? "admin" : "tenant"; }
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status NeedAdmin(const Caller& caller) {
+  if (caller.role != Role::kAdmin) {
+    return absl::PermissionDeniedError("this operation needs the admin role");
+  }
+  return absl::OkStatus();
+}
+
+json ClassJson(const ClassSpec& spec) {
+  return {{"mig", spec.mig},
+          {"share_milli", spec.share_milli},
+          {"vram_mib", spec.vram_mib},
+          {"full", spec.full},
+          {"max_lease_s", spec.max_lease_s},
+          {"idle_timeout_s", spec.idle_timeout_s}};
+}
+
+ClassSpec ClassFromJson(const std::string& name, const json& j) {
+  ClassSpec spec;
+  spec.name = name;
+  spec.mig = j.value("mig", std::map<std::string, std::string>{});
+  spec.share_milli = j.value("share_milli", 0);
+  spec.vram_mib = j.value("vram_mib", std::int64_t{0});
+  spec.full = j.value("full", false);
+  spec.max_lease_s = j.value("max_lease_s", std::int64_t{8 * 3600});
+  spec.idle_timeout_s = j.value("idle_timeout_s", std::int64_t{0});
+  return spec;
+}
+
+json RequestJson(const AcquireRequest& r) {
+  return {{"class", r.class_name},  {"profile", r.profile}, {"share_milli", r.share_milli},
+          {"vram_mib", r.vram_mib}, {"purpose", r.purpose}, {"ttl_s", r.ttl_s}};
+}
+
+AcquireRequest RequestFromJson(const json& j) {
+  AcquireRequest r;
+  r.class_name = j.value("class", "");
+  r.profile = j.value("profile", "");
+  r.share_milli = j.value("share_milli", 0);
+  r.vram_mib = j.value("vram_mib", std::int64_t{0});
+  r.purpose = j.value("purpose", "");
+  r.ttl_s = j.value("ttl_s", std::int64_t{0});
+  return r;
+}
+
+json ClaimsJson(const std::vector<place::GpuClaim>& claims) {
+  json out = json::array();
+  for (const place::GpuClaim& c : claims) {
+    out.push_back({{"gpu", c.gpu},
+                   {"milli", c.milli},
+                   {"vram_mib", c.vram_mib},
+                   {"mig_profile", c.mig_profile},
+                   {"mig_start", c.mig_start},
+                   {"whole", c.whole}});
+  }
+  return out;
+}
+
+std::vector<place::GpuClaim> ClaimsFromJson(const json& j) {
+  std::vector<place::GpuClaim> claims;
+  for (const json& c : j) {
+    place::GpuClaim claim;
+    claim.gpu = c.value("gpu", 0);
+    claim.milli = c.value("milli", 0);
+    claim.vram_mib = c.value("vram_mib", std::int64_t{0});
+    claim.mig_profile = c.value("mig_profile", -1);
+    claim.mig_start = c.value("mig_start", -1);
+    claim.whole = c.value("whole", false);
+    claims.push_back(claim);
+  }
+  return claims;
+}
+
+// The default classes: small/medium/large as 1-, 2- and 4-slice MIG instances on every MIG model
+// that has them, full as a whole GPU.
+std::vector<ClassSpec> DefaultClasses() {
+  std::vector<ClassSpec> classes;
+  const std::pair<const char*, const char*> sizes[] = {
+      {"small", "1g"}, {"medium", "2g"}, {"large", "4g"}};
+  for (const auto& [name, profile] : sizes) {
+    ClassSpec spec;
+    spec.name = name;
+    for (const hw::GpuModel& model : hw::Catalog::Builtin().models()) {
+      if (!model.mig_capable()) continue;
+      const geometry::Shape shape(model);
+      place::Request probe;
+      probe.num_gpu = 1;
+      probe.mig_profile = profile;
+      const int p = place::Cluster::MigProfileFor(shape, probe);
+      if (p >= 0) spec.mig[model.id] = shape.profile(p).name;
+    }
+    if (spec.name == std::string("small")) spec.idle_timeout_s = 3600;
+    classes.push_back(spec);
+  }
+  ClassSpec full;
+  full.name = "full";
+  full.full = true;
+  classes.push_back(full);
+  return classes;
+}
+
+absl::Status ValidateClass(const ClassSpec& spec) {
+  if (!ValidName(spec.name)) {
+    return absl::InvalidArgumentError(
+        "class name: 1-64 characters of letters, digits, '-', '_' or '.'");
+  }
+  const int kinds = (spec.mig.empty() ? 0 : 1) +
+                    (spec.share_milli > 0 || spec.vram_mib > 0 ? 1 : 0) + (spec.full ? 1 : 0);
+  if (kinds != 1) {
+    return absl::InvalidArgumentError(
+        "class: give exactly one of mig (a profile per GPU model), share_milli/vram_mib, or "
+        "full");
+  }
+  if (spec.share_milli < 0 || spec.share_milli > 1000) {
+    return absl::InvalidArgumentError("share_milli: must be within 0..1000");
+  }
+  if (spec.vram_mib < 0 || spec.vram_mib > (1LL << 24)) {
+    return absl::InvalidArgumentError("vram_mib: must be within 0..16777216");
+  }
+  if (spec.max_lease_s <= 0 || spec.max_lease_s > kMaxTtlS) {
+    return absl::InvalidArgumentError("max_lease_s: must be within 1..2592000 (30 days)");
+  }
+  if (spec.idle_timeout_s < 0 || spec.idle_timeout_s > kMaxTtlS) {
+    return absl::InvalidArgumentError("idle_timeout_s: must be within 0..2592000");
+  }
+  for (const auto& [model, profile] : spec.mig) {
+    const hw::GpuModel* found = hw::Catalog::Builtin().Find(model);
+    if (found == nullptr || !found->mig_capable()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mig: '", model, "' is not a MIG-capable GPU model"));
+    }
+    const geometry::Shape shape(*found);
+    place::Request probe;
+    probe.num_gpu = 1;
+    probe.mig_profile = profile;
+    if (place::Cluster::MigProfileFor(shape, probe) < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mig: ", model, " has no profile '", profile, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string HashToken(const std::string& token) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(token.data(), token.size(), digest, &length, EVP_sha256(), nullptr);
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) absl::StrAppendFormat(&hex, "%02x", digest[i]);
+  return hex;
+}
+
+Service::Service(std::unique_ptr<store::Database> db, place::Engine engine, ServiceOptions options)
+    : db_(std::move(db)), engine_(std::move(engine)), options_(std::move(options)) {}
+Service::~Service() = default;
+
+absl::StatusOr<std::unique_ptr<Service>> Service::Open(std::unique_ptr<store::Database> db,
+                                                       place::Cluster inventory,
+                                                       ServiceOptions options) {
+  if (!options.clock) options.clock = SystemNow;
+  absl::StatusOr<int> version = store::CurrentVersion(*db);
+  if (!version.ok()) return version.status();
+  if (absl::Status status = store::Migrate(*db); !status.ok()) return status;
+  // The default classes go into a new store only, so that deleting them sticks.
+  if (*version != 0) options.seed_default_classes = false;
+  absl::StatusOr<std::unique_ptr<place::Policy>> policy =
+      place::MakePolicy(options.policy, place::PolicyOptions{});
+  if (!policy.ok()) return policy.status();
+  place::Engine engine(std::move(inventory), *std::move(policy));
+  std::unique_ptr<Service> service(
+      new Service(std::move(db), std::move(engine), std::move(options)));
+  if (absl::Status status = service->Load(); !status.ok()) return status;
+  return service;
+}
+
+absl::Status Service::Load() {
+  // Ids continue after the largest stored.
+  for (const auto& [table, next] : {std::pair<const char*, std::int64_t*>{"leases", &next_lease_},
+                                    {"queue", &next_queue_},
+                                    {"audit", &next_audit_}}) {
+    absl::StatusOr<store::Result> r = db_->Query(absl::StrCat("SELECT MAX(id) FROM ", table));
+    if (!r.ok()) return r.status();
+    *next = store::AsInt(r->rows[0][0]) + 1;
+  }
+  absl::StatusOr<store::Result> tenants =
+      db_->Query("SELECT name, may_take_full, priority, max_gib FROM tenants");
+  if (!tenants.ok()) return tenants.status();
+  for (const store::Row& row : tenants->rows) {
+    TenantSpec t;
+    t.name = store::AsText(row[0]);
+    t.may_take_full = store::AsInt(row[1]) != 0;
+    t.priority = static_cast<int>(store::AsInt(row[2]));
+    t.max_gib = store::AsDouble(row[3]);
+    tenants_[t.name] = t;
+  }
+  absl::StatusOr<store::Result> quotas = db_->Query("SELECT tenant, class, max_slices FROM quotas");
+  if (!quotas.ok()) return quotas.status();
+  for (const store::Row& row : quotas->rows) {
+    tenants_[store::AsText(row[0])].max_slices[store::AsText(row[1])] =
+        static_cast<int>(store::AsInt(row[2]));
+  }
+  absl::StatusOr<store::Result> classes = db_->Query("SELECT name, spec FROM classes");
+  if (!classes.ok()) return classes.status();
+  for (const store::Row& row : classes->rows) {
+    const std::string name = store::AsText(row[0]);
+    classes_[name] = ClassFromJson(name, json::parse(store::AsText(row[1]), nullptr, false));
+  }
+  if (classes_.empty() && options_.seed_default_classes) {
+    store::Transaction txn(*db_);
+    if (!txn.status().ok()) return txn.status();
+    for (const ClassSpec& spec : DefaultClasses()) {
+      const Value params[] = {spec.name, ClassJson(spec).dump()};
+      if (absl::Status s = db_->Exec("INSERT INTO classes (name, spec) VALUES (?, ?)", params);
+          !s.ok()) {
+        return s;
+      }
+      classes_[spec.name] = spec;
+    }
+    if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  }
+  // Active leases go back onto the inventory.
+  std::map<std::string, int> node_index;
+  for (int n = 0; n < engine_.cluster().node_count(); ++n) {
+    node_index[engine_.cluster().spec(n).name] = n;
+  }
+  absl::StatusOr<store::Result> leases = db_->Query(
+      "SELECT id, tenant, user_name, class, purpose, request, node, claims, memory_gib, "
+      "granted_at, expires_at FROM leases WHERE state = 'active' ORDER BY id");
+  if (!leases.ok()) return leases.status();
+  for (const store::Row& row : leases->rows) {
+    Lease lease;
+    lease.id = store::AsInt(row[0]);
+    lease.tenant = store::AsText(row[1]);
+    lease.user = store::AsText(row[2]);
+    lease.class_name = store::AsText(row[3]);
+    lease.purpose = store::AsText(row[4]);
+    const AcquireRequest request =
+        RequestFromJson(json::parse(store::AsText(row[5]), nullptr, false));
+    lease.node = store::AsText(row[6]);
+    lease.claims = ClaimsFromJson(json::parse(store::AsText(row[7]), nullptr, false));
+    lease.memory_gib = store::AsDouble(row[8]);
+    lease.granted_at = store::AsInt(row[9]);
+    lease.expires_at = store::AsInt(row[10]);
+    lease.state = "active";
+    const ClassSpec* spec = nullptr;
+    std::string class_name;
+    absl::StatusOr<place::Request> placement = RequestFor(request, &spec, &class_name);
+    absl::Status adopted = placement.status();
+    if (placement.ok()) {
+      auto it = node_index.find(lease.node);
+      if (it == node_index.end()) {
+        adopted =
+            absl::NotFoundError(absl::StrCat("node ", lease.node, " is not in the inventory"));
+      } else {
+        place::Allocation allocation;
+        allocation.node = it->second;
+        allocation.gpus = lease.claims;
+        allocation.request = *placement;
+        absl::StatusOr<place::Allocation> taken = engine_.Adopt(allocation);
+        adopted = taken.status();
+        if (taken.ok()) {
+          const place::Allocation& a = *taken;
+          Lease copy = MakeLease(a, lease.tenant, lease.user, lease.class_name, lease.purpose, 0);
+          lease.devices = copy.devices;
+          active_[lease.id] = Active{lease, a};
+        }
+      }
+    }
+    if (!adopted.ok()) {
+      const Caller system{"gpuslice", "", Role::kAdmin};
+      store::Transaction txn(*db_);
+      const Value params[] = {Now(), lease.id};
+      if (absl::Status s =
+              db_->Exec("UPDATE leases SET state = 'lost', ended_at = ? WHERE id = ?", params);
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = Audited(system, lease.tenant, "lose", absl::StrCat("lease ", lease.id),
+                                   lease.purpose, json{{"why", adopted.message()}}.dump());
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = txn.Commit(); !s.ok()) return s;
+    }
+  }
+  absl::StatusOr<store::Result> queue = db_->Query(
+      "SELECT id, tenant, user_name, class, purpose, request, priority, ttl_s, enqueued_at FROM "
+      "queue WHERE state = 'queued' ORDER BY id");
+  if (!queue.ok()) return queue.status();
+  for (const store::Row& row : queue->rows) {
+    Queued q;
+    q.entry.id = store::AsInt(row[0]);
+    q.entry.tenant = store::AsText(row[1]);
+    q.entry.user = store::AsText(row[2]);
+    q.entry.class_name = store::AsText(row[3]);
+    q.entry.purpose = store::AsText(row[4]);
+    q.request = RequestFromJson(json::parse(store::AsText(row[5]), nullptr, false));
+    q.entry.priority = static_cast<int>(store::AsInt(row[6]));
+    q.ttl_s = store::AsInt(row[7]);
+    q.entry.enqueued_at = store::AsInt(row[8]);
+    const ClassSpec* spec = nullptr;
+    std::string class_name;
+    absl::StatusOr<place::Request> placement = RequestFor(q.request, &spec, &class_name);
+    if (!placement.ok()) continue;  // its class was deleted: it stays in the store, unserved
+    q.placement = *placement;
+    queue_.push_back(std::move(q));
+  }
+  Renumber();
+  // Capacity freed by lost leases goes to the queue at once.
+  return GrantQueued().status();
+}
+
+absl::Status Service::Audited(const Caller& caller, const std::string& tenant,
+                              const std::string& action, const std::string& subject,
+                              const std::string& purpose, const std::string& detail) {
+  const Value params[] = {next_audit_, Now(),   caller.user, tenant,
+                          action,      subject, purpose,     detail};
+  absl::Status status = db_->Exec(
+      "INSERT INTO audit (id, at, actor, tenant, action, subject, purpose, detail) VALUES (?, ?, "
+      "?, ?, ?, ?, ?, ?)",
+      params);
+  if (status.ok()) ++next_audit_;
+  return status;
+}
+
+// ---- users and tokens
+
+absl::StatusOr<std::string> Service::CreateUser(const Caller& caller, const std::string& name,
+                                                const std::string& tenant, Role role) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return CreateUserLocked(caller, name, tenant, role);
+}
+
+absl::StatusOr<std::string> Service::CreateUserLocked(const Caller& caller, const std::string& name,
+                                                      const std::string& tenant, Role role) {
+  if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
+  if (!ValidName(name)) {
+    return absl::InvalidArgumentError("user name: 1-64 letters, digits, '-', '_' or '.'");
+  }
+  if (role == Role::kTenant && !tenants_.contains(tenant)) {
+    return absl::NotFoundError(absl::StrCat("tenant '", tenant, "' does not exist"));
+  }
+  if (role == Role::kAdmin && !tenant.empty()) {
+    return absl::InvalidArgumentError("an admin belongs to no tenant");
+  }
+  std::random_device random;
+  std::string token = "gs_";
+  for (int i = 0; i < 8; ++i) absl::StrAppendFormat(&token, "%08x", random());
+  store::Transaction txn(*db_);
+  if (!txn.status().ok()) return txn.status();
+  const Value params[] = {name, tenant.empty() ? Value{} : Value{tenant}, RoleName(role),
+                          HashToken(token), Now()};
+  if (absl::Status s = db_->Exec(
+          "INSERT INTO users (name, tenant, role, token_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+          params);
+      !s.ok()) {
+    if (absl::IsAlreadyExists(s)) {
+      return absl::AlreadyExistsError(absl::StrCat("user '", name, "' exists"));
+    }
+    return s;
+  }
+  if (absl::Status s =
+          Audited(caller, tenant, "user.create", name, "", json{{"role", RoleName(role)}}.dump());
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  return token;
+}
+
+absl::StatusOr<std::optional<std::string>> Service::BootstrapAdmin(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  absl::StatusOr<store::Result> admins =
+      db_->Query("SELECT COUNT(*) FROM users WHERE role = 'admin'");
+  if (!admins.ok()) return admins.status();
+  if (store::AsInt(admins->rows[0][0]) > 0) return std::optional<std::string>();
+  const Caller system{"gpuslice", "", Role::kAdmin};
+  absl::StatusOr<std::string> token = CreateUserLocked(system, name, "", Role::kAdmin);
+  if (!token.ok()) return token.status();
+  return std::optional<std::string>(*token);
+}
+
+absl::StatusOr<Caller> Service::Authenticate(const std::string& token) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Value params[] = {HashToken(token)};
+  absl::StatusOr<store::Result> rows =
+      db_->Query("SELECT name, tenant, role FROM users WHERE token_hash = ?", params);
+  if (!rows.ok()) return rows.status();
+  if (rows->rows.empty()) return absl::UnauthenticatedError("unknown API token");
+  Caller caller;
+  caller.user = store::AsText(rows->rows[0][0]);
+  caller.tenant = store::AsText(rows->rows[0][1]);
+  caller.role = store::AsText(rows->rows[0][2]) == "admin" ? Role::kAdmin : Role::kTenant;
+  return caller;
+}
+
+// ---- tenants and classes
+
+absl::Status Service::PutTenant(const Caller& caller, const TenantSpec& tenant) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
+  if (!ValidName(tenant.name)) {
+    return absl::InvalidArgumentError("tenant name: 1-64 letters, digits, '-', '_' or '.'");
+  }
+  if (!std::isfinite(tenant.max_gib) || tenant.max_gib < 0 || tenant.max_gib > 1e7) {
+    return absl::InvalidArgumentError("max_gib: must be within 0..10000000");
+  }
+  if (tenant.priority < -1000 || tenant.priority > 1000) {
+    return absl::InvalidArgumentError("priority: must be within -1000..1000");
+  }
+  for (const auto& [class_name, max] : tenant.max_slices) {
+    if (!classes_.contains(class_name)) {
+      return absl::InvalidArgumentError(absl::StrCat("max_slices: no class '", class_name, "'"));
+    }
+    if (max < 0 || max > 100000) {
+      return absl::InvalidArgumentError("max_slices: must be within 0..100000");
+    }
+  }
+  store::Transaction txn(*db_);
+  if (!txn.status().ok()) return txn.status();
+  const bool exists = tenants_.contains(tenant.name);
+  {
+    const Value params[] = {std::int64_t{tenant.may_take_full ? 1 : 0},
+                            std::int64_t{tenant.priority}, tenant.max_gib, tenant.name};
+    const Value insert[] = {tenant.name, std::int64_t{tenant.may_take_full ? 1 : 0},
+                            std::int64_t{tenant.priority}, tenant.max_gib, Now()};
+    absl::Status s =
+        exists ? db_->Exec(
+                     "UPDATE tenants SET may_take_full = ?, priority = ?, max_gib = ? WHERE "
+                     "name = ?",
+                     params)
+               : db_->Exec(
+                     "INSERT INTO tenants (name, may_take_full, priority, max_gib, "
+                     "created_at) VALUES (?, ?, ?, ?, ?)",
+                     insert);
+    if (!s.ok()) return s;
+  }
+  const Value name[] = {tenant.name};
+  if (absl::Status s = db_->Exec("DELETE FROM quotas WHERE tenant = ?", name); !s.ok()) return s;
+  json quota = json::object();
+  for (const auto& [class_name, max] : tenant.max_slices) {
+    const Value params[] = {tenant.name, class_name, std::int64_t{max}};
+    if (absl::Status s =
+            db_->Exec("INSERT INTO quotas (tenant, class, max_slices) VALUES (?, ?, ?)", params);
+        !s.ok()) {
+      return s;
+    }
+    quota[class_name] = max;
+  }
+  if (absl::Status s = Audited(caller, tenant.name, "tenant.put", tenant.name, "",
+                               json{{"may_take_full", tenant.may_take_full},
+                                    {"priority", tenant.priority},
+                                    {"max_gib", tenant.max_gib},
+                                    {"max_slices", quota}}
+                                   .dump());
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  tenants_[tenant.name] = tenant;
+  return absl::OkStatus();
+}
+
+absl::Status Service::DeleteTenant(const Caller& caller, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
+  if (!tenants_.contains(name)) {
+    return absl::NotFoundError(absl::StrCat("tenant '", name, "' does not exist"));
+  }
+  for (const auto& [id, active] : active_) {
+    if (active.lease.tenant == name) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("tenant '", name, "' holds lease ", id, "; release its leases first"));
+    }
+  }
+  store::Transaction txn(*db_);
+  if (!txn.status().ok()) return txn.status();
+  const Value params[] = {name};
+  for (const char* sql :
+       {"UPDATE queue SET state = 'cancelled' WHERE tenant = ? AND state = "
+        "'queued'",
+        "DELETE FROM users WHERE tenant = ?", "DELETE FROM quotas WHERE tenant = ?",
+        "DELETE FROM tenants WHERE name = ?"}) {
+    if (absl::Status s = db_->Exec(sql, params); !s.ok()) return s;
+  }
+  if (absl::Status s = Audited(caller, name, "tenant.delete", name, "", "{}"); !s.ok()) return s;
+  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  tenants_.erase(name);
+  std::erase_if(queue_, [&](const Queued& q) { return q.entry.tenant == name; });
+  Renumber();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TenantSpec>> Service::Tenants(const Caller& caller) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<TenantSpec> out;
+  for (const auto& [name, tenant] : tenants_) {
+    if (caller.role == Role::kAdmin || caller.tenant == name) out.push_back(tenant);
+  }
+  return out;
+}
+
+absl::Status Service::PutClass(const Caller& caller, const ClassSpec& spec) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
+  if (absl::Status s = ValidateClass(spec); !s.ok()) return s;
+  store::Transaction txn(*db_);
+  if (!txn.status().ok()) return txn.status();
+  const Value name[] = {spec.name};
+  if (absl::Status s = db_->Exec("DELETE FROM classes WHERE name = ?", name); !s.ok()) return s;
+  const Value params[] = {spec.name, ClassJson(spec).dump()};
+  if (absl::Status s = db_->Exec("INSERT INTO classes (name, spec) VALUES (?, ?)", params);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Audited(caller, "", "class.put", spec.name, "", ClassJson(spec).dump());
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  classes_[spec.name] = spec;
+  return absl::OkStatus();
+}
+
+absl::Status Service::DeleteClass(const Caller& caller, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
+  if (!classes_.contains(name)) {
+    return absl::NotFoundError(absl::StrCat("class '", name, "' does not exist"));
+  }
+  for (const auto& [id, active] : active_) {
+    if (active.lease.class_name == name) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("class '", name, "' is held by lease ", id));
+    }
+  }
+  for (const Queued& q : queue_) {
+    if (q.entry.class_name == name) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("class '", name, "' has queued request ", q.entry.id));
+    }
+  }
+  store::Transaction txn(*db_);
+  if (!txn.status().ok()) return txn.status();
+  const Value params[] = {name};
+  if (absl::Status s = db_->Exec("DELETE FROM classes WHERE name = ?", params); !s.ok()) return s;
+  if (absl::Status s = db_->Exec("DELETE FROM quotas WHERE class = ?", params); !s.ok()) return s;
+  if (absl::Status s = Audited(caller, "", "class.delete", name, "", "{}"); !s.ok()) return s;
+  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  classes_.erase(name);
+  for (auto& [tenant_name, tenant] : tenants_) tenant.max_slices.erase(name);
+  return absl::OkStatus();
+}
+
+std::vector<ClassSpec> Service::Classes() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<ClassSpec> out;
+  for (const auto& [name, spec] : classes_) out.push_back(spec);
+  return out;
+}
+
+// ---- allocation
+
+absl::StatusOr<place::Request> Service::RequestFor(const AcquireRequest& request,
+                                                   const ClassSpec** spec_out,
+                                                   std::string* class_name) {
+  const int kinds = (request.class_name.empty() ? 0 : 1) + (request.profile.empty() ? 0 : 1) +
+                    (request.share_milli > 0 || request.vram_mib > 0 ? 1 : 0);
+  if (kinds != 1) {
+    return absl::InvalidArgumentError(
+        "ask for exactly one of: a class, a MIG profile, or a share (share_milli and/or "
+        "vram_mib)");
+  }
+  if (request.share_milli < 0 || request.share_milli > 1000) {
+    return absl::InvalidArgumentError("share_milli: must be within 0..1000");
+  }
+  if (request.vram_mib < 0 || request.vram_mib > (1LL << 24)) {
+    return absl::InvalidArgumentError("vram_mib: must be within 0..16777216");
+  }
+  place::Request placement;
+  placement.num_gpu = 1;
+  *spec_out = nullptr;
+  if (!request.class_name.empty()) {
+    auto it = classes_.find(request.class_name);
+    if (it == classes_.end()) {
+      return absl::NotFoundError(absl::StrCat("class '", request.class_name, "' does not exist"));
+    }
+    const ClassSpec& spec = it->second;
+    *spec_out = &spec;
+    *class_name = spec.name;
+    if (spec.full) {
+      placement.gpu_milli = place::kMilliPerGpu;
+    } else if (!spec.mig.empty()) {
+      placement.mig_class = spec.mig;
+    } else {
+      placement.gpu_milli = spec.share_milli;
+      placement.vram_mib = spec.vram_mib;
+    }
+  } else if (!request.profile.empty()) {
+    if (request.profile.size() > 64) return absl::InvalidArgumentError("profile: too long");
+    placement.mig_profile = request.profile;
+    *class_name = "profile:" + request.profile;
+  } else {
+    placement.gpu_milli = request.share_milli;
+    placement.vram_mib = request.vram_mib;
+    *class_name = "share";
+  }
+  if (absl::Status s = place::ValidateRequest(placement); !s.ok()) return s;
+  return placement;
+}
+
+double Service::GibOf(const place::Allocation& allocation) const {
+  const place::Cluster& cluster = engine_.cluster();
+  const place::NodeSpec& spec = cluster.spec(allocation.node);
+  double mib = 0;
+  for (const place::GpuClaim& claim : allocation.gpus) {
+    if (claim.mig_profile >= 0) {
+      mib += static_cast<double>(
+          cluster.shape(allocation.node)->profile(claim.mig_profile).memory_mib);
+    } else if (claim.whole) {
+      mib += static_cast<double>(spec.gpu_memory_mib);
+    } else if (claim.vram_mib > 0) {
+      mib += static_cast<double>(claim.vram_mib);
+    } else {
+      mib += static_cast<double>(spec.gpu_memory_mib) * claim.milli / place::kMilliPerGpu;
+    }
+  }
+  return mib / 1024.0;
+}
+
+std::string Service::QuotaProblem(const TenantSpec& tenant, const std::string& class_name,
+                                  double gib) const {
+  int held = 0;
+  double held_gib = 0;
+  for (const auto& [id, active] : active_) {
+    if (active.lease.tenant != tenant.name) continue;
+    held_gib += active.lease.memory_gib;
+    if (active.lease.class_name == class_name) ++held;
+  }
+  if (auto it = tenant.max_slices.find(class_name);
+      it != tenant.max_slices.end() && held + 1 > it->second) {
+    return absl::StrFormat("over quota: tenant %s holds %d of its %d '%s' slices", tenant.name,
+                           held, it->second, class_name);
+  }
+  if (tenant.max_gib > 0 && held_gib + gib > tenant.max_gib + 1e-9) {
+    return absl::StrFormat(
+        "over quota: tenant %s holds %.1f GiB of its %.1f GiB; this slice has "
+        "%.1f GiB",
+        tenant.name, held_gib, tenant.max_gib, gib);
+  }
+  return "";
+}
+
+Lease Service::MakeLease(const place::Allocation& allocation, const std::string& tenant,
+                         const std::string& user, const std::string& class_name,
+                         const std::string& purpose, std::int64_t ttl_s) {
+  const place::Cluster& cluster = engine_.cluster();
+  Lease lease;
+  lease.tenant = tenant;
+  lease.user = user;
+  lease.class_name = class_name;
+  lease.purpose = purpose;
+  lease.node = cluster.spec(allocation.node).name;
+  lease.claims = allocation.gpus;
+  for (const place::GpuClaim& claim : allocation.gpus) {
+    if (claim.mig_profile >= 0) {
+      lease.devices.push_back(absl::StrCat(
+          "GPU ", claim.gpu, " MIG ",
+          cluster.shape(allocation.node)->profile(claim.mig_profile).name, "@", claim.mig_start));
+    } else if (claim.whole) {
+      lease.devices.push_back(absl::StrCat("GPU ", claim.gpu));
+    } else {
+      lease.devices.push_back(
+          absl::StrCat("GPU ", claim.gpu, " share ", claim.milli, "m ", claim.vram_mib, " MiB"));
+    }
+  }
+  lease.memory_gib = GibOf(allocation);
+  lease.granted_at = Now();
+  lease.expires_at = lease.granted_at + ttl_s;
+  lease.state = "active";
+  return lease;
+}
+
+absl::StatusOr<AcquireResult> Service::Acquire(const Caller& caller,
+                                               const AcquireRequest& request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (caller.role != Role::kTenant) {
+    return absl::PermissionDeniedError("admins hold no leases; acquire as a tenant's user");
+  }
+  auto tenant_it = tenants_.find(caller.tenant);
+  if (tenant_it == tenants_.end()) {
+    return absl::NotFoundError(absl::StrCat("tenant '", caller.tenant, "' does not exist"));
+  }
+  const TenantSpec& tenant = tenant_it->second;
+  if (request.purpose.empty()) return absl::InvalidArgumentError("purpose: required");
+  if (request.purpose.size() > kMaxText) {
+    return absl::InvalidArgumentError("purpose: at most 1024 characters");
+  }
+  if (request.ttl_s < 0 || request.ttl_s > kMaxTtlS) {
+    return absl::InvalidArgumentError("ttl_s: must be within 0..2592000 (30 days)");
+  }
+  const ClassSpec* spec = nullptr;
+  std::string class_name;
+  absl::StatusOr<place::Request> placement = RequestFor(request, &spec, &class_name);
+  if (!placement.ok()) return placement.status();
+  const std::int64_t max_ttl = spec != nullptr ? spec->max_lease_s : 8 * 3600;
+  const std::int64_t ttl = request.ttl_s == 0 ? max_ttl : request.ttl_s;
+
+  AcquireResult result;
+  auto refuse = [&](const std::string& reason) -> absl::StatusOr<AcquireResult> {
+    store::Transaction txn(*db_);
+    if (!txn.status().ok()) return txn.status();
+    if (absl::Status s = Audited(caller, tenant.name, "refuse", class_name, request.purpose,
+                                 json{{"reason", reason}}.dump());
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = txn.Commit(); !s.ok()) return s;
+    result.outcome = AcquireResult::Outcome::kRefused;
+    result.reason = reason;
+    return result;
+  };
+  if (ttl > max_ttl) {
+    return refuse(
+        absl::StrCat("ttl_s ", ttl, " is above the class's maximum lease of ", max_ttl, " s"));
+  }
+  if (placement->whole() && !tenant.may_take_full) {
+    return refuse(absl::StrCat("tenant ", tenant.name, " may not take full GPUs"));
+  }
+  if (std::string problem = QuotaProblem(tenant, class_name, 0); !problem.empty()) {
+    return refuse(problem);
+  }
+  // FIFO within a class: the request waits behind queued requests of its class that only lack
+  // capacity (an entry held back by its own tenant's quota is not ahead of anyone).
+  const bool others_waiting = std::any_of(queue_.begin(), queue_.end(), [&](const Queued& q) {
+    if (q.entry.class_name != class_name) return false;
+    auto owner = tenants_.find(q.entry.tenant);
+    return owner != tenants_.end() && QuotaProblem(owner->second, q.entry.class_name, 0).empty();
+  });
+  std::string wait_reason;
+  if (!others_waiting) {
+    absl::StatusOr<place::Allocation> allocation = engine_.Place(*placement);
+    if (allocation.ok()) {
+      const double gib = GibOf(*allocation);
+      if (std::string problem = QuotaProblem(tenant, class_name, gib); !problem.empty()) {
+        (void)engine_.Release(*allocation);
+        return refuse(problem);
+      }
+      Lease lease =
+          MakeLease(*allocation, tenant.name, caller.user, class_name, request.purpose, ttl);
+      lease.id = next_lease_;
+      store::Transaction txn(*db_);
+      absl::Status s = txn.status();
+      if (s.ok()) {
+        const Value params[] = {lease.id,         lease.tenant,
+                                lease.user,       lease.class_name,
+                                lease.purpose,    RequestJson(request).dump(),
+                                lease.node,       ClaimsJson(lease.claims).dump(),
+                                lease.memory_gib, lease.granted_at,
+                                lease.expires_at};
+        s = db_->Exec(
+            "INSERT INTO leases (id, tenant, user_name, class, purpose, request, node, claims, "
+            "memory_gib, granted_at, expires_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+            "'active')",
+            params);
+      }
+      if (s.ok()) {
+        s = Audited(caller, tenant.name, "grant", absl::StrCat("lease ", lease.id), request.purpose,
+                    json{{"class", class_name},
+                         {"node", lease.node},
+                         {"devices", lease.devices},
+                         {"gib", lease.memory_gib},
+                         {"expires_at", lease.expires_at}}
+                        .dump());
+      }
+      if (s.ok()) s = txn.Commit();
+      if (!s.ok()) {
+        (void)engine_.Release(*allocation);
+        return s;
+      }
+      ++next_lease_;
+      active_[lease.id] = Active{lease, *allocation};
+      result.outcome = AcquireResult::Outcome::kGranted;
+      result.lease = lease;
+      return result;
+    }
+    if (absl::IsFailedPrecondition(allocation.status())) {
+      return refuse(
+          absl::StrCat("never satisfiable on this fleet: ", allocation.status().message()));
+    }
+    if (!absl::IsResourceExhausted(allocation.status())) return allocation.status();
+    wait_reason = std::string(allocation.status().message());
+  } else {
+    wait_reason = "requests of this class are queued ahead";
+  }
+  if (!request.wait) return refuse(wait_reason);
+  Queued q;
+  q.entry.id = next_queue_;
+  q.entry.tenant = tenant.name;
+  q.entry.user = caller.user;
+  q.entry.class_name = class_name;
+  q.entry.purpose = request.purpose;
+  q.entry.priority = tenant.priority;
+  q.entry.enqueued_at = Now();
+  q.entry.reason = wait_reason;
+  q.request = request;
+  q.placement = *placement;
+  q.ttl_s = ttl;
+  store::Transaction txn(*db_);
+  if (!txn.status().ok()) return txn.status();
+  const Value params[] = {q.entry.id,
+                          q.entry.tenant,
+                          q.entry.user,
+                          q.entry.class_name,
+                          q.entry.purpose,
+                          RequestJson(request).dump(),
+                          std::int64_t{q.entry.priority},
+                          q.ttl_s,
+                          q.entry.enqueued_at};
+  if (absl::Status s = db_->Exec(
+          "INSERT INTO queue (id, tenant, user_name, class, purpose, request, priority, ttl_s, "
+          "enqueued_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued')",
+          params);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          Audited(caller, tenant.name, "queue", absl::StrCat("queue ", q.entry.id), request.purpose,
+                  json{{"class", class_name}, {"reason", wait_reason}}.dump());
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  ++next_queue_;
+  queue_.push_back(q);
+  Renumber();
+  for (const Queued& entry : queue_) {
+    if (entry.entry.id == q.entry.id) result.queued = entry.entry;
+  }
+  result.outcome = AcquireResult::Outcome::kQueued;
+  result.reason = wait_reason;
+  return result;
+}
+
+void Service::Renumber() {
+  std::stable_sort(queue_.begin(), queue_.end(), [](const Queued& a, const Queued& b) {
+    if (a.entry.priority != b.entry.priority) return a.entry.priority > b.entry.priority;
+    return a.entry.id < b.entry.id;
+  });
+  std::map<std::string, int> position;
+  for (Queued& q : queue_) q.entry.position = ++position[q.entry.class_name];
+}
+
+absl::Status Service::EndLease(std::int64_t lease_id, const std::string& state,
+                               const Caller& actor) {
+  auto it = active_.find(lease_id);
+  const Lease& lease = it->second.lease;
+  store::Transaction txn(*db_);
+  if (!txn.status().ok()) return txn.status();
+  const std::int64_t now = Now();
+  const Value params[] = {state, now, lease_id};
+  if (absl::Status s = db_->Exec("UPDATE leases SET state = ?, ended_at = ? WHERE id = ?", params);
+      !s.ok()) {
+    return s;
+  }
+  const std::string action = state == "released"  ? "release"
+                             : state == "expired" ? "expire"
+                                                  : "reclaim";
+  if (absl::Status s = Audited(
+          actor, lease.tenant, action, absl::StrCat("lease ", lease_id), lease.purpose,
+          json{
+              {"class", lease.class_name}, {"node", lease.node}, {"held_s", now - lease.granted_at}}
+              .dump());
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  if (absl::Status s = engine_.Release(it->second.allocation); !s.ok()) return s;
+  active_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Service::GrantQueued() {
+  int granted = 0;
+  std::set<std::string> blocked;  // classes whose head did not fit: FIFO within a class
+  for (size_t i = 0; i < queue_.size();) {
+    Queued& q = queue_[i];
+    auto tenant = tenants_.find(q.entry.tenant);
+    if (blocked.contains(q.entry.class_name) || tenant == tenants_.end() ||
+        !QuotaProblem(tenant->second, q.entry.class_name, 0).empty()) {
+      ++i;
+      continue;
+    }
+    absl::StatusOr<place::Allocation> allocation = engine_.Place(q.placement);
+    if (!allocation.ok()) {
+      blocked.insert(q.entry.class_name);
+      ++i;
+      continue;
+    }
+    if (!QuotaProblem(tenant->second, q.entry.class_name, GibOf(*allocation)).empty()) {
+      (void)engine_.Release(*allocation);
+      ++i;
+      continue;
+    }
+    Lease lease = MakeLease(*allocation, q.entry.tenant, q.entry.user, q.entry.class_name,
+                            q.entry.purpose, q.ttl_s);
+    lease.id = next_lease_;
+    store::Transaction txn(*db_);
+    absl::Status s = txn.status();
+    if (s.ok()) {
+      const Value params[] = {lease.id,         lease.tenant,
+                              lease.user,       lease.class_name,
+                              lease.purpose,    RequestJson(q.request).dump(),
+                              lease.node,       ClaimsJson(lease.claims).dump(),
+                              lease.memory_gib, lease.granted_at,
+                              lease.expires_at};
+      s = db_->Exec(
+          "INSERT INTO leases (id, tenant, user_name, class, purpose, request, node, claims, "
+          "memory_gib, granted_at, expires_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+          "'active')",
+          params);
+    }
+    if (s.ok()) {
+      const Value params[] = {q.entry.id};
+      s = db_->Exec("UPDATE queue SET state = 'granted' WHERE id = ?", params);
+    }
+    if (s.ok()) {
+      const Caller system{"gpuslice", "", Role::kAdmin};
+      s = Audited(system, lease.tenant, "grant", absl::StrCat("lease ", lease.id), lease.purpose,
+                  json{{"class", lease.class_name},
+                       {"node", lease.node},
+                       {"devices", lease.devices},
+                       {"from_queue", q.entry.id},
+                       {"waited_s", lease.granted_at - q.entry.enqueued_at}}
+                      .dump());
+    }
+    if (s.ok()) s = txn.Commit();
+    if (!s.ok()) {
+      (void)engine_.Release(*allocation);
+      return s;
+    }
+    ++next_lease_;
+    active_[lease.id] = Active{lease, *allocation};
+    queue_.erase(queue_.begin() + static_cast<long>(i));
+    ++granted;
+  }
+  Renumber();
+  return granted;
+}
+
+absl::StatusOr<Lease> Service::Renew(const Caller& caller, std::int64_t lease_id,
+                                     std::int64_t ttl_s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = active_.find(lease_id);
+  if (it == active_.end() ||
+      (caller.role != Role::kAdmin && it->second.lease.tenant != caller.tenant)) {
+    return absl::NotFoundError(absl::StrCat("no active lease ", lease_id));
+  }
+  Lease& lease = it->second.lease;
+  if (lease.expires_at <= Now()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("lease ", lease_id, " has expired; acquire a new one"));
+  }
+  auto spec = classes_.find(lease.class_name);
+  const std::int64_t max_ttl = spec != classes_.end() ? spec->second.max_lease_s : 8 * 3600;
+  if (ttl_s < 0 || ttl_s > max_ttl) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ttl_s: must be within 0..", max_ttl, " (the class's maximum lease)"));
+  }
+  const std::int64_t expires = Now() + (ttl_s == 0 ? max_ttl : ttl_s);
+  store::Transaction txn(*db_);
+  if (!txn.status().ok()) return txn.status();
+  const Value params[] = {expires, lease_id};
+  if (absl::Status s = db_->Exec("UPDATE leases SET expires_at = ? WHERE id = ?", params);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Audited(caller, lease.tenant, "renew", absl::StrCat("lease ", lease_id),
+                               lease.purpose, json{{"expires_at", expires}}.dump());
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  lease.expires_at = expires;
+  return lease;
+}
+
+absl::Status Service::Release(const Caller& caller, std::int64_t lease_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = active_.find(lease_id);
+  if (it == active_.end() ||
+      (caller.role != Role::kAdmin && it->second.lease.tenant != caller.tenant)) {
+    return absl::NotFoundError(absl::StrCat("no active lease ", lease_id));
+  }
+  if (absl::Status s = EndLease(lease_id, "released", caller); !s.ok()) return s;
+  return GrantQueued().status();
+}
+
+absl::Status Service::CancelQueued(const Caller& caller, std::int64_t queue_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = std::find_if(queue_.begin(), queue_.end(),
+                         [&](const Queued& q) { return q.entry.id == queue_id; });
+  if (it == queue_.end() || (caller.role != Role::kAdmin && it->entry.tenant != caller.tenant)) {
+    return absl::NotFoundError(absl::StrCat("no queued request ", queue_id));
+  }
+  store::Transaction txn(*db_);
+  if (!txn.status().ok()) return txn.status();
+  const Value params[] = {queue_id};
+  if (absl::Status s = db_->Exec("UPDATE queue SET state = 'cancelled' WHERE id = ?", params);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Audited(caller, it->entry.tenant, "cancel", absl::StrCat("queue ", queue_id),
+                               it->entry.purpose, "{}");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  queue_.erase(it);
+  Renumber();
+  return GrantQueued().status();
+}
+
+absl::StatusOr<int> Service::Tick(const std::function<std::int64_t(const Lease&)>& idle_seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Caller system{"gpuslice", "", Role::kAdmin};
+  const std::int64_t now = Now();
+  std::vector<std::pair<std::int64_t, std::string>> ending;
+  for (const auto& [id, active] : active_) {
+    if (active.lease.expires_at <= now) {
+      ending.emplace_back(id, "expired");
+      continue;
+    }
+    auto spec = classes_.find(active.lease.class_name);
+    if (idle_seconds && spec != classes_.end() && spec->second.idle_timeout_s > 0 &&
+        idle_seconds(active.lease) >= spec->second.idle_timeout_s) {
+      ending.emplace_back(id, "reclaimed");
+    }
+  }
+  for (const auto& [id, state] : ending) {
+    if (absl::Status s = EndLease(id, state, system); !s.ok()) return s;
+  }
+  if (absl::StatusOr<int> granted = GrantQueued(); !granted.ok()) return granted.status();
+  return static_cast<int>(ending.size());
+}
+
+absl::StatusOr<std::vector<Lease>> Service::Leases(const Caller& caller, bool active_only) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<Lease> out;
+  if (active_only) {
+    for (const auto& [id, active] : active_) {
+      if (caller.role == Role::kAdmin || active.lease.tenant == caller.tenant) {
+        out.push_back(active.lease);
+      }
+    }
+    return out;
+  }
+  const Value params[] = {caller.tenant};
+  absl::StatusOr<store::Result> rows =
+      caller.role == Role::kAdmin
+          ? db_->Query(
+                "SELECT id, tenant, user_name, class, purpose, node, memory_gib, "
+                "granted_at, expires_at, ended_at, state FROM leases ORDER BY id")
+          : db_->Query(
+                "SELECT id, tenant, user_name, class, purpose, node, memory_gib, "
+                "granted_at, expires_at, ended_at, state FROM leases WHERE tenant = ? "
+                "ORDER BY id",
+                params);
+  if (!rows.ok()) return rows.status();
+  for (const store::Row& row : rows->rows) {
+    Lease lease;
+    lease.id = store::AsInt(row[0]);
+    if (auto it = active_.find(lease.id); it != active_.end()) {
+      out.push_back(it->second.lease);
+      continue;
+    }
+    lease.tenant = store::AsText(row[1]);
+    lease.user = store::AsText(row[2]);
+    lease.class_name = store::AsText(row[3]);
+    lease.purpose = store::AsText(row[4]);
+    lease.node = store::AsText(row[5]);
+    lease.memory_gib = store::AsDouble(row[6]);
+    lease.granted_at = store::AsInt(row[7]);
+    lease.expires_at = store::AsInt(row[8]);
+    lease.ended_at = store::AsInt(row[9]);
+    lease.state = store::AsText(row[10]);
+    out.push_back(lease);
+  }
+  return out;
+}
+
+absl::StatusOr<Lease> Service::GetLease(const Caller& caller, std::int64_t lease_id) {
+  absl::StatusOr<std::vector<Lease>> all = Leases(caller, false);
+  if (!all.ok()) return all.status();
+  for (const Lease& lease : *all) {
+    if (lease.id == lease_id) return lease;
+  }
+  return absl::NotFoundError(absl::StrCat("no lease ", lease_id));
+}
+
+absl::StatusOr<std::vector<QueueEntry>> Service::Queue(const Caller& caller) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<QueueEntry> out;
+  for (const Queued& q : queue_) {
+    if (caller.role == Role::kAdmin || q.entry.tenant == caller.tenant) out.push_back(q.entry);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<AuditEvent>> Service::Audit(const Caller& caller,
+                                                       const AuditQuery& query) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string tenant = query.tenant;
+  if (caller.role != Role::kAdmin) {
+    if (!tenant.empty() && tenant != caller.tenant) {
+      return absl::PermissionDeniedError("a tenant reads only its own audit");
+    }
+    tenant = caller.tenant;
+  }
+  if (query.limit <= 0 || query.limit > 100000) {
+    return absl::InvalidArgumentError("limit: must be within 1..100000");
+  }
+  const Value with_tenant[] = {tenant, query.since, std::int64_t{query.limit}};
+  const Value without[] = {query.since, std::int64_t{query.limit}};
+  absl::StatusOr<store::Result> rows =
+      tenant.empty()
+          ? db_->Query(
+                "SELECT id, at, actor, tenant, action, subject, purpose, detail FROM audit "
+                "WHERE at >= ? ORDER BY id LIMIT ?",
+                without)
+          : db_->Query(
+                "SELECT id, at, actor, tenant, action, subject, purpose, detail FROM audit "
+                "WHERE tenant = ? AND at >= ? ORDER BY id LIMIT ?",
+                with_tenant);
+  if (!rows.ok()) return rows.status();
+  std::vector<AuditEvent> out;
+  for (const store::Row& row : rows->rows) {
+    out.push_back(AuditEvent{store::AsInt(row[0]), store::AsInt(row[1]), store::AsText(row[2]),
+                             store::AsText(row[3]), store::AsText(row[4]), store::AsText(row[5]),
+                             store::AsText(row[6]), store::AsText(row[7])});
+  }
+  return out;
+}
+
+}  // namespace gpuslice::alloc

@@ -1,0 +1,465 @@
+#include "gpuslice/api/server.h"
+
+#include <httplib.h>
+
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace gpuslice::api {
+namespace {
+
+using nlohmann::json;
+
+int HttpCode(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kFailedPrecondition:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+void Reply(httplib::Response& res, int code, const json& body) {
+  res.status = code;
+  res.set_content(body.dump(), "application/json");
+}
+
+void Fail(httplib::Response& res, const absl::Status& status) {
+  Reply(res, HttpCode(status), json{{"error", std::string(status.message())}});
+}
+
+// A JSON object body with only the allowed fields.
+absl::StatusOr<json> Body(const httplib::Request& req, const std::set<std::string>& allowed) {
+  json body = json::parse(req.body.empty() ? std::string("{}") : req.body, nullptr, false);
+  if (body.is_discarded()) return absl::InvalidArgumentError("body: not valid JSON");
+  if (!body.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
+  for (const auto& [key, value] : body.items()) {
+    if (!allowed.contains(key)) {
+      return absl::InvalidArgumentError(absl::StrCat("body: unknown field '", key, "'"));
+    }
+  }
+  return body;
+}
+
+// Typed field readers: a missing field keeps the default; a wrong type is an error.
+template <typename T>
+absl::Status Field(const json& body, const char* name, T* out) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return absl::OkStatus();
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean())
+      return absl::InvalidArgumentError(absl::StrCat(name, ": must be true or false"));
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_integer())
+      return absl::InvalidArgumentError(absl::StrCat(name, ": must be an integer"));
+    const auto value = it->get<std::int64_t>();
+    if (value < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
+        value > static_cast<std::int64_t>(std::numeric_limits<T>::max())) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": out of range"));
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!it->is_number())
+      return absl::InvalidArgumentError(absl::StrCat(name, ": must be a number"));
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!it->is_string())
+      return absl::InvalidArgumentError(absl::StrCat(name, ": must be a string"));
+  } else {
+    if (!it->is_object())
+      return absl::InvalidArgumentError(absl::StrCat(name, ": must be an object"));
+    for (const auto& [key, value] : it->items()) {
+      if (!value.is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(name, ".", key, ": must be a string"));
+      }
+    }
+  }
+  *out = it->get<T>();
+  return absl::OkStatus();
+}
+
+json LeaseJson(const alloc::Lease& lease) {
+  return {{"id", lease.id},
+          {"tenant", lease.tenant},
+          {"user", lease.user},
+          {"class", lease.class_name},
+          {"purpose", lease.purpose},
+          {"node", lease.node},
+          {"devices", lease.devices},
+          {"memory_gib", lease.memory_gib},
+          {"granted_at", lease.granted_at},
+          {"expires_at", lease.expires_at},
+          {"ended_at", lease.ended_at},
+          {"state", lease.state}};
+}
+
+json QueueJson(const alloc::QueueEntry& q) {
+  return {{"id", q.id},
+          {"tenant", q.tenant},
+          {"user", q.user},
+          {"class", q.class_name},
+          {"purpose", q.purpose},
+          {"priority", q.priority},
+          {"enqueued_at", q.enqueued_at},
+          {"position", q.position},
+          {"reason", q.reason}};
+}
+
+json ClassJson(const alloc::ClassSpec& c) {
+  return {{"name", c.name},
+          {"mig", c.mig},
+          {"share_milli", c.share_milli},
+          {"vram_mib", c.vram_mib},
+          {"full", c.full},
+          {"max_lease_s", c.max_lease_s},
+          {"idle_timeout_s", c.idle_timeout_s}};
+}
+
+json TenantJson(const alloc::TenantSpec& t) {
+  return {{"name", t.name},
+          {"may_take_full", t.may_take_full},
+          {"priority", t.priority},
+          {"max_slices", t.max_slices},
+          {"max_gib", t.max_gib}};
+}
+
+absl::StatusOr<std::int64_t> PathId(const httplib::Request& req) {
+  std::int64_t id = 0;
+  if (!absl::SimpleAtoi(req.matches[1].str(), &id) || id <= 0) {
+    return absl::InvalidArgumentError("id: must be a positive integer");
+  }
+  return id;
+}
+
+}  // namespace
+
+ApiServer::ApiServer(alloc::Service& service, ServerOptions options)
+    : service_(service),
+      options_(std::move(options)),
+      server_(std::make_unique<httplib::Server>()) {}
+
+ApiServer::~ApiServer() { Stop(); }
+
+void ApiServer::Routes() {
+  httplib::Server& s = *server_;
+  s.set_payload_max_length(options_.max_body_bytes);
+  alloc::Service& service = service_;
+
+  // Authenticates, then runs `handler(caller)`; any Status error becomes its HTTP code.
+  auto authed = [&service](auto handler) {
+    return [&service, handler](const httplib::Request& req, httplib::Response& res) {
+      const std::string header = req.get_header_value("Authorization");
+      if (header.rfind("Bearer ", 0) != 0) {
+        Fail(res, absl::UnauthenticatedError("missing 'Authorization: Bearer <token>'"));
+        return;
+      }
+      absl::StatusOr<alloc::Caller> caller = service.Authenticate(header.substr(7));
+      if (!caller.ok()) {
+        Fail(res, caller.status());
+        return;
+      }
+      handler(*caller, req, res);
+    };
+  };
+
+  s.Get("/v1/health", [&service](const httplib::Request&, httplib::Response& res) {
+    int gpus = service.inventory().total_gpus();
+    Reply(res, 200,
+          {{"status", "ok"}, {"store", std::string(service.store_kind())}, {"gpus", gpus}});
+  });
+
+  s.Get("/v1/inventory",
+        authed([&service](const alloc::Caller&, const httplib::Request&, httplib::Response& res) {
+          const place::Cluster& cluster = service.inventory();
+          json nodes = json::array();
+          for (int n = 0; n < cluster.node_count(); ++n) {
+            const place::NodeSpec& spec = cluster.spec(n);
+            json gpus = json::array();
+            for (int g = 0; g < spec.gpus; ++g) {
+              gpus.push_back({{"index", g},
+                              {"free_milli", cluster.FreeMilli(n, g)},
+                              {"fully_free", cluster.GpuFullyFree(n, g)}});
+            }
+            nodes.push_back({{"name", spec.name},
+                             {"model", spec.model},
+                             {"mode", std::string(place::ToString(spec.mode))},
+                             {"cpu_milli", spec.cpu_milli},
+                             {"memory_mib", spec.memory_mib},
+                             {"gpus", gpus}});
+          }
+          Reply(res, 200, {{"nodes", nodes}});
+        }));
+
+  s.Get("/v1/classes",
+        authed([&service](const alloc::Caller&, const httplib::Request&, httplib::Response& res) {
+          json out = json::array();
+          for (const alloc::ClassSpec& c : service.Classes()) out.push_back(ClassJson(c));
+          Reply(res, 200, {{"classes", out}});
+        }));
+  s.Put(R"(/v1/classes/([A-Za-z0-9._-]+))",
+        authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                          httplib::Response& res) {
+          absl::StatusOr<json> body = Body(
+              req, {"mig", "share_milli", "vram_mib", "full", "max_lease_s", "idle_timeout_s"});
+          if (!body.ok()) return Fail(res, body.status());
+          alloc::ClassSpec spec;
+          spec.name = req.matches[1].str();
+          for (absl::Status st :
+               {Field(*body, "mig", &spec.mig), Field(*body, "share_milli", &spec.share_milli),
+                Field(*body, "vram_mib", &spec.vram_mib), Field(*body, "full", &spec.full),
+                Field(*body, "max_lease_s", &spec.max_lease_s),
+                Field(*body, "idle_timeout_s", &spec.idle_timeout_s)}) {
+            if (!st.ok()) return Fail(res, st);
+          }
+          if (absl::Status st = service.PutClass(caller, spec); !st.ok()) return Fail(res, st);
+          Reply(res, 200, ClassJson(spec));
+        }));
+  s.Delete(R"(/v1/classes/([A-Za-z0-9._-]+))",
+           authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                             httplib::Response& res) {
+             if (absl::Status st = service.DeleteClass(caller, req.matches[1].str()); !st.ok()) {
+               return Fail(res, st);
+             }
+             Reply(res, 200, {{"deleted", req.matches[1].str()}});
+           }));
+
+  s.Get("/v1/tenants", authed([&service](const alloc::Caller& caller, const httplib::Request&,
+                                         httplib::Response& res) {
+          absl::StatusOr<std::vector<alloc::TenantSpec>> tenants = service.Tenants(caller);
+          if (!tenants.ok()) return Fail(res, tenants.status());
+          json out = json::array();
+          for (const alloc::TenantSpec& t : *tenants) out.push_back(TenantJson(t));
+          Reply(res, 200, {{"tenants", out}});
+        }));
+  s.Put(R"(/v1/tenants/([A-Za-z0-9._-]+))",
+        authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                          httplib::Response& res) {
+          absl::StatusOr<json> body =
+              Body(req, {"may_take_full", "priority", "max_slices", "max_gib"});
+          if (!body.ok()) return Fail(res, body.status());
+          alloc::TenantSpec tenant;
+          tenant.name = req.matches[1].str();
+          std::map<std::string, int> max_slices;
+          for (absl::Status st : {Field(*body, "may_take_full", &tenant.may_take_full),
+                                  Field(*body, "priority", &tenant.priority),
+                                  Field(*body, "max_gib", &tenant.max_gib)}) {
+            if (!st.ok()) return Fail(res, st);
+          }
+          if (auto it = body->find("max_slices"); it != body->end() && !it->is_null()) {
+            if (!it->is_object()) {
+              return Fail(res, absl::InvalidArgumentError("max_slices: must be an object"));
+            }
+            for (const auto& [class_name, value] : it->items()) {
+              if (!value.is_number_integer()) {
+                return Fail(res, absl::InvalidArgumentError(absl::StrCat("max_slices.", class_name,
+                                                                         ": must be an integer")));
+              }
+              const auto max = value.get<std::int64_t>();
+              if (max < 0 || max > 100000) {
+                return Fail(res,
+                            absl::InvalidArgumentError("max_slices: must be within 0..100000"));
+              }
+              tenant.max_slices[class_name] = static_cast<int>(max);
+            }
+          }
+          if (absl::Status st = service.PutTenant(caller, tenant); !st.ok()) return Fail(res, st);
+          Reply(res, 200, TenantJson(tenant));
+        }));
+  s.Delete(R"(/v1/tenants/([A-Za-z0-9._-]+))",
+           authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                             httplib::Response& res) {
+             if (absl::Status st = service.DeleteTenant(caller, req.matches[1].str()); !st.ok()) {
+               return Fail(res, st);
+             }
+             Reply(res, 200, {{"deleted", req.matches[1].str()}});
+           }));
+
+  s.Post("/v1/users", authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                                        httplib::Response& res) {
+           absl::StatusOr<json> body = Body(req, {"name", "tenant", "role"});
+           if (!body.ok()) return Fail(res, body.status());
+           std::string name;
+           std::string tenant;
+           std::string role = "tenant";
+           for (absl::Status st : {Field(*body, "name", &name), Field(*body, "tenant", &tenant),
+                                   Field(*body, "role", &role)}) {
+             if (!st.ok()) return Fail(res, st);
+           }
+           if (role != "tenant" && role != "admin") {
+             return Fail(res, absl::InvalidArgumentError("role: 'tenant' or 'admin'"));
+           }
+           absl::StatusOr<std::string> token = service.CreateUser(
+               caller, name, tenant, role == "admin" ? alloc::Role::kAdmin : alloc::Role::kTenant);
+           if (!token.ok()) return Fail(res, token.status());
+           Reply(res, 201, {{"name", name}, {"tenant", tenant}, {"role", role}, {"token", *token}});
+         }));
+
+  s.Post(
+      "/v1/leases", authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                                      httplib::Response& res) {
+        absl::StatusOr<json> body =
+            Body(req, {"class", "profile", "share_milli", "vram_mib", "purpose", "ttl_s", "wait"});
+        if (!body.ok()) return Fail(res, body.status());
+        alloc::AcquireRequest request;
+        for (absl::Status st :
+             {Field(*body, "class", &request.class_name), Field(*body, "profile", &request.profile),
+              Field(*body, "share_milli", &request.share_milli),
+              Field(*body, "vram_mib", &request.vram_mib),
+              Field(*body, "purpose", &request.purpose), Field(*body, "ttl_s", &request.ttl_s),
+              Field(*body, "wait", &request.wait)}) {
+          if (!st.ok()) return Fail(res, st);
+        }
+        absl::StatusOr<alloc::AcquireResult> result = service.Acquire(caller, request);
+        if (!result.ok()) return Fail(res, result.status());
+        switch (result->outcome) {
+          case alloc::AcquireResult::Outcome::kGranted:
+            return Reply(res, 201, {{"outcome", "granted"}, {"lease", LeaseJson(result->lease)}});
+          case alloc::AcquireResult::Outcome::kQueued:
+            return Reply(res, 202,
+                         {{"outcome", "queued"},
+                          {"queued", QueueJson(result->queued)},
+                          {"reason", result->reason}});
+          case alloc::AcquireResult::Outcome::kRefused:
+            return Reply(res, 409, {{"outcome", "refused"}, {"error", result->reason}});
+        }
+      }));
+  s.Get("/v1/leases", authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                                        httplib::Response& res) {
+          const bool all = req.get_param_value("all") == "true";
+          absl::StatusOr<std::vector<alloc::Lease>> leases = service.Leases(caller, !all);
+          if (!leases.ok()) return Fail(res, leases.status());
+          json out = json::array();
+          for (const alloc::Lease& lease : *leases) out.push_back(LeaseJson(lease));
+          Reply(res, 200, {{"leases", out}});
+        }));
+  s.Get(R"(/v1/leases/(\d+))",
+        authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                          httplib::Response& res) {
+          absl::StatusOr<std::int64_t> id = PathId(req);
+          if (!id.ok()) return Fail(res, id.status());
+          absl::StatusOr<alloc::Lease> lease = service.GetLease(caller, *id);
+          if (!lease.ok()) return Fail(res, lease.status());
+          Reply(res, 200, LeaseJson(*lease));
+        }));
+  s.Post(R"(/v1/leases/(\d+)/renew)",
+         authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                           httplib::Response& res) {
+           absl::StatusOr<std::int64_t> id = PathId(req);
+           if (!id.ok()) return Fail(res, id.status());
+           absl::StatusOr<json> body = Body(req, {"ttl_s"});
+           if (!body.ok()) return Fail(res, body.status());
+           std::int64_t ttl = 0;
+           if (absl::Status st = Field(*body, "ttl_s", &ttl); !st.ok()) return Fail(res, st);
+           absl::StatusOr<alloc::Lease> lease = service.Renew(caller, *id, ttl);
+           if (!lease.ok()) return Fail(res, lease.status());
+           Reply(res, 200, LeaseJson(*lease));
+         }));
+  s.Delete(R"(/v1/leases/(\d+))",
+           authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                             httplib::Response& res) {
+             absl::StatusOr<std::int64_t> id = PathId(req);
+             if (!id.ok()) return Fail(res, id.status());
+             if (absl::Status st = service.Release(caller, *id); !st.ok()) return Fail(res, st);
+             Reply(res, 200, {{"released", *id}});
+           }));
+
+  s.Get("/v1/queue", authed([&service](const alloc::Caller& caller, const httplib::Request&,
+                                       httplib::Response& res) {
+          absl::StatusOr<std::vector<alloc::QueueEntry>> queue = service.Queue(caller);
+          if (!queue.ok()) return Fail(res, queue.status());
+          json out = json::array();
+          for (const alloc::QueueEntry& q : *queue) out.push_back(QueueJson(q));
+          Reply(res, 200, {{"queue", out}});
+        }));
+  s.Delete(R"(/v1/queue/(\d+))",
+           authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                             httplib::Response& res) {
+             absl::StatusOr<std::int64_t> id = PathId(req);
+             if (!id.ok()) return Fail(res, id.status());
+             if (absl::Status st = service.CancelQueued(caller, *id); !st.ok()) {
+               return Fail(res, st);
+             }
+             Reply(res, 200, {{"cancelled", *id}});
+           }));
+
+  s.Get("/v1/audit", authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                                       httplib::Response& res) {
+          alloc::AuditQuery query;
+          query.tenant = req.get_param_value("tenant");
+          if (req.has_param("since") &&
+              !absl::SimpleAtoi(req.get_param_value("since"), &query.since)) {
+            return Fail(res, absl::InvalidArgumentError("since: epoch seconds"));
+          }
+          if (req.has_param("limit") &&
+              !absl::SimpleAtoi(req.get_param_value("limit"), &query.limit)) {
+            return Fail(res, absl::InvalidArgumentError("limit: an integer"));
+          }
+          absl::StatusOr<std::vector<alloc::AuditEvent>> events = service.Audit(caller, query);
+          if (!events.ok()) return Fail(res, events.status());
+          json out = json::array();
+          for (const alloc::AuditEvent& e : *events) {
+            out.push_back({{"id", e.id},
+                           {"at", e.at},
+                           {"actor", e.actor},
+                           {"tenant", e.tenant},
+                           {"action", e.action},
+                           {"subject", e.subject},
+                           {"purpose", e.purpose},
+                           {"detail", json::parse(e.detail, nullptr, false)}});
+          }
+          Reply(res, 200, {{"events", out}});
+        }));
+
+  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (res.body.empty()) {
+      const char* what = res.status == 404   ? "no such endpoint"
+                         : res.status == 413 ? "body too large"
+                                             : "request failed";
+      Reply(res, res.status, json{{"error", what}});
+    }
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    Reply(res, 500, json{{"error", "internal error"}});
+  });
+}
+
+absl::Status ApiServer::Start() {
+  Routes();
+  if (options_.port == 0) {
+    port_ = server_->bind_to_any_port(options_.host);
+    if (port_ <= 0) {
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.host));
+    }
+  } else {
+    if (!server_->bind_to_port(options_.host, options_.port)) {
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.host, ":",
+                                                 options_.port,
+                                                 " (in use, or not an address of this machine)"));
+    }
+    port_ = options_.port;
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  return absl::OkStatus();
+}
+
+void ApiServer::Stop() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace gpuslice::api

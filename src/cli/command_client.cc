@@ -1,0 +1,456 @@
+// Client commands of the allocation service (gpuslice serve): acquire, leases, renew, release,
+// queue, cancel, audit, and the admin commands. Each is one HTTP call to the API
+// (gpuslice/api/server.h). The server comes from --server or $GPUSLICE_SERVER
+// (default http://127.0.0.1:8470), the token from --token, $GPUSLICE_TOKEN or the file
+// ./gpuslice-admin.token that the first `serve` writes.
+#include <httplib.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common.h"
+
+namespace gpuslice::cli {
+namespace {
+
+using nlohmann::json;
+
+struct ClientOptions {
+  std::string server;
+  std::string token;
+  bool json_output = false;
+};
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? "" : value;
+}
+
+// Calls the API; prints the error and returns the exit code on failure.
+struct Reply {
+  int status = 0;
+  json body;
+};
+
+int Call(const ClientOptions& options, const std::string& method, const std::string& path,
+         const json* body, Reply* reply) {
+  std::string server = !options.server.empty() ? options.server : Env("GPUSLICE_SERVER");
+  if (server.empty()) server = "http://127.0.0.1:8470";
+  std::string token = !options.token.empty() ? options.token : Env("GPUSLICE_TOKEN");
+  if (token.empty()) {
+    std::ifstream file("gpuslice-admin.token");
+    std::getline(file, token);
+  }
+  httplib::Client client(server);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(30);
+  httplib::Headers headers;
+  if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+  const std::string payload = body == nullptr ? "" : body->dump();
+  httplib::Result result = method == "GET"      ? client.Get(path, headers)
+                           : method == "DELETE" ? client.Delete(path, headers)
+                           : method == "PUT"
+                               ? client.Put(path, headers, payload, "application/json")
+                               : client.Post(path, headers, payload, "application/json");
+  if (!result) {
+    PrintError(absl::StrCat("cannot reach ", server, " (", httplib::to_string(result.error()),
+                            "); is `gpuslice serve` running? set --server or GPUSLICE_SERVER"));
+    return kExitBadInput;
+  }
+  reply->status = result->status;
+  reply->body = json::parse(result->body, nullptr, false);
+  if (result->status >= 400 && result->status != 409) {
+    const std::string error =
+        reply->body.is_object() ? reply->body.value("error", result->body) : result->body;
+    PrintError(absl::StrCat(result->status, ": ", error));
+    return result->status == 401 || result->status == 403 ? 3 : 1;
+  }
+  return kExitOk;
+}
+
+std::string When(std::int64_t epoch) {
+  if (epoch <= 0) return "-";
+  const std::time_t t = static_cast<std::time_t>(epoch);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", std::gmtime(&t));
+  return text;
+}
+
+void PrintLease(const json& lease) {
+  std::string devices;
+  for (const json& d : lease["devices"])
+    devices += (devices.empty() ? "" : "; ") + d.get<std::string>();
+  std::cout << "lease " << lease["id"] << " (" << lease["state"].get<std::string>()
+            << "): " << lease["class"].get<std::string>() << " on "
+            << lease["node"].get<std::string>() << " [" << devices << "], "
+            << absl::StrFormat("%.1f", lease["memory_gib"].get<double>()) << " GiB, tenant "
+            << lease["tenant"].get<std::string>() << ", until "
+            << When(lease["expires_at"].get<std::int64_t>())
+            << " UTC; purpose: " << lease["purpose"].get<std::string>() << "\n";
+}
+
+// "7d", "12h", "30m", "45s" or epoch seconds -> epoch seconds.
+std::int64_t ParseSince(const std::string& text) {
+  if (text.empty()) return 0;
+  std::int64_t value = 0;
+  const char unit = text.back();
+  const std::int64_t scale = unit == 'd'   ? 86400
+                             : unit == 'h' ? 3600
+                             : unit == 'm' ? 60
+                             : unit == 's' ? 1
+                                           : 0;
+  if (scale == 0) return absl::SimpleAtoi(text, &value) ? value : -1;
+  if (!absl::SimpleAtoi(text.substr(0, text.size() - 1), &value)) return -1;
+  const auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  return now - value * scale;
+}
+
+void AddConnection(CLI::App* cmd, ClientOptions& options) {
+  cmd->add_option("--server", options.server,
+                  "API URL (default $GPUSLICE_SERVER or http://127.0.0.1:8470)");
+  cmd->add_option("--token", options.token,
+                  "API token (default $GPUSLICE_TOKEN or ./gpuslice-admin.token)");
+  cmd->add_flag("--json", options.json_output, "Print the API's JSON");
+}
+
+}  // namespace
+
+void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* action) {
+  (void)global;
+  // acquire
+  {
+    struct Options {
+      ClientOptions c;
+      std::string class_name, profile, purpose;
+      int share = 0;
+      std::int64_t vram = 0, ttl = 0;
+      bool no_wait = false;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* cmd = app.add_subcommand(
+        "acquire", "Ask the service for a slice (a class, a MIG profile or a share)");
+    AddConnection(cmd, o->c);
+    cmd->add_option("--class", o->class_name,
+                    "A class: small, medium, large, full or one the admin defined");
+    cmd->add_option("--profile", o->profile, "A MIG profile, e.g. 3g.40gb or 3g");
+    cmd->add_option("--share", o->share, "A fraction of a shared GPU in milli (1-1000)");
+    cmd->add_option("--vram", o->vram, "VRAM of the share, MiB");
+    cmd->add_option("--purpose", o->purpose, "What it is for (required; recorded in the audit)")
+        ->required();
+    cmd->add_option("--ttl", o->ttl, "Lease seconds (default: the class's maximum)");
+    cmd->add_flag("--no-wait", o->no_wait, "Refuse instead of queueing when there is no room now");
+    cmd->callback([o, action] {
+      *action = [o] {
+        json body = {{"purpose", o->purpose}, {"wait", !o->no_wait}};
+        if (!o->class_name.empty()) body["class"] = o->class_name;
+        if (!o->profile.empty()) body["profile"] = o->profile;
+        if (o->share > 0) body["share_milli"] = o->share;
+        if (o->vram > 0) body["vram_mib"] = o->vram;
+        if (o->ttl > 0) body["ttl_s"] = o->ttl;
+        Reply reply;
+        if (int rc = Call(o->c, "POST", "/v1/leases", &body, &reply); rc != 0) return rc;
+        if (o->c.json_output) {
+          PrintJson(reply.body);
+        } else if (reply.status == 201) {
+          PrintLease(reply.body["lease"]);
+        } else if (reply.status == 202) {
+          std::cout << "queued as " << reply.body["queued"]["id"] << ", position "
+                    << reply.body["queued"]["position"] << " in class "
+                    << reply.body["queued"]["class"].get<std::string>() << ": "
+                    << reply.body["reason"].get<std::string>() << "\n";
+        } else {
+          std::cout << "refused: " << reply.body.value("error", std::string("?")) << "\n";
+        }
+        return reply.status == 409 ? 1 : kExitOk;
+      };
+    });
+  }
+  // leases
+  {
+    struct Options {
+      ClientOptions c;
+      bool all = false;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* cmd = app.add_subcommand("leases", "List leases (active ones; --all for history)");
+    AddConnection(cmd, o->c);
+    cmd->add_flag("--all", o->all, "Include released, expired and reclaimed leases");
+    cmd->callback([o, action] {
+      *action = [o] {
+        Reply reply;
+        if (int rc =
+                Call(o->c, "GET", o->all ? "/v1/leases?all=true" : "/v1/leases", nullptr, &reply);
+            rc != 0)
+          return rc;
+        if (o->c.json_output) {
+          PrintJson(reply.body);
+          return kExitOk;
+        }
+        if (reply.body["leases"].empty()) std::cout << "no leases\n";
+        for (const json& lease : reply.body["leases"]) PrintLease(lease);
+        return kExitOk;
+      };
+    });
+  }
+  // renew, release, cancel
+  for (const char* name : {"renew", "release", "cancel"}) {
+    struct Options {
+      ClientOptions c;
+      std::int64_t id = 0, ttl = 0;
+    };
+    auto o = std::make_shared<Options>();
+    const std::string verb = name;
+    CLI::App* cmd = app.add_subcommand(verb, verb == "renew"     ? "Extend a lease"
+                                             : verb == "release" ? "Give a lease back"
+                                                                 : "Withdraw a queued request");
+    AddConnection(cmd, o->c);
+    cmd->add_option("id", o->id, verb == "cancel" ? "Queue entry id" : "Lease id")->required();
+    if (verb == "renew")
+      cmd->add_option("--ttl", o->ttl, "Seconds from now (default: the class's maximum)");
+    cmd->callback([o, action, verb] {
+      *action = [o, verb] {
+        Reply reply;
+        json body = {{"ttl_s", o->ttl}};
+        const std::string id = std::to_string(o->id);
+        const int rc =
+            verb == "renew"     ? Call(o->c, "POST", "/v1/leases/" + id + "/renew", &body, &reply)
+            : verb == "release" ? Call(o->c, "DELETE", "/v1/leases/" + id, nullptr, &reply)
+                                : Call(o->c, "DELETE", "/v1/queue/" + id, nullptr, &reply);
+        if (rc != 0) return rc;
+        if (o->c.json_output) {
+          PrintJson(reply.body);
+        } else if (verb == "renew") {
+          PrintLease(reply.body);
+        } else {
+          std::cout << (verb == "release" ? "released lease " : "cancelled queue entry ") << id
+                    << "\n";
+        }
+        return kExitOk;
+      };
+    });
+  }
+  // queue
+  {
+    auto o = std::make_shared<ClientOptions>();
+    CLI::App* cmd =
+        app.add_subcommand("queue", "Requests waiting for capacity, with their positions");
+    AddConnection(cmd, *o);
+    cmd->callback([o, action] {
+      *action = [o] {
+        Reply reply;
+        if (int rc = Call(*o, "GET", "/v1/queue", nullptr, &reply); rc != 0) return rc;
+        if (o->json_output) {
+          PrintJson(reply.body);
+          return kExitOk;
+        }
+        if (reply.body["queue"].empty()) std::cout << "nothing queued\n";
+        for (const json& q : reply.body["queue"]) {
+          std::cout << "queue " << q["id"] << ": " << q["class"].get<std::string>() << " #"
+                    << q["position"] << " for " << q["tenant"].get<std::string>() << " since "
+                    << When(q["enqueued_at"].get<std::int64_t>())
+                    << " UTC; purpose: " << q["purpose"].get<std::string>() << "\n";
+        }
+        return kExitOk;
+      };
+    });
+  }
+  // audit
+  {
+    struct Options {
+      ClientOptions c;
+      std::string tenant, since;
+      int limit = 1000;
+    };
+    auto o = std::make_shared<Options>();
+    CLI::App* cmd = app.add_subcommand("audit", "Who took which slice, when and why");
+    AddConnection(cmd, o->c);
+    cmd->add_option("--tenant", o->tenant, "Only this tenant (admins)");
+    cmd->add_option("--since", o->since, "7d, 12h, 30m or epoch seconds");
+    cmd->add_option("--limit", o->limit, "At most this many events")->check(CLI::Range(1, 100000));
+    cmd->callback([o, action] {
+      *action = [o] {
+        const std::int64_t since = ParseSince(o->since);
+        if (since < 0) {
+          PrintError("--since: 7d, 12h, 30m, 45s or epoch seconds");
+          return kExitBadInput;
+        }
+        Reply reply;
+        const std::string path = absl::StrCat("/v1/audit?since=", since, "&limit=", o->limit,
+                                              o->tenant.empty() ? "" : "&tenant=" + o->tenant);
+        if (int rc = Call(o->c, "GET", path, nullptr, &reply); rc != 0) return rc;
+        if (o->c.json_output) {
+          PrintJson(reply.body);
+          return kExitOk;
+        }
+        for (const json& e : reply.body["events"]) {
+          std::cout << When(e["at"].get<std::int64_t>()) << "  " << e["action"].get<std::string>()
+                    << "  " << e["subject"].get<std::string>()
+                    << "  tenant=" << e["tenant"].get<std::string>()
+                    << " by=" << e["actor"].get<std::string>()
+                    << (e["purpose"].get<std::string>().empty()
+                            ? ""
+                            : "  purpose: " + e["purpose"].get<std::string>())
+                    << "  " << e["detail"].dump() << "\n";
+        }
+        return kExitOk;
+      };
+    });
+  }
+  // admin
+  {
+    CLI::App* admin =
+        app.add_subcommand("admin", "Administer the service: tenants, users, classes");
+    admin->require_subcommand(1);
+    struct TenantOptions {
+      ClientOptions c;
+      std::string name;
+      bool full = false, remove = false;
+      int priority = 0;
+      double max_gib = 0;
+      std::vector<std::string> quotas;
+    };
+    auto t = std::make_shared<TenantOptions>();
+    CLI::App* tenant =
+        admin->add_subcommand("tenant", "Create or update a tenant (or --delete it)");
+    AddConnection(tenant, t->c);
+    tenant->add_option("name", t->name, "Tenant name")->required();
+    tenant->add_flag("--full", t->full, "May take full GPUs");
+    tenant->add_option("--priority", t->priority, "Queue priority (higher first)");
+    tenant->add_option("--max-gib", t->max_gib, "GPU memory held at once, GiB (0: no limit)");
+    tenant->add_option("--quota", t->quotas, "CLASS=N slices at once, repeatable");
+    tenant->add_flag("--delete", t->remove, "Delete the tenant");
+    tenant->callback([t, action] {
+      *action = [t] {
+        Reply reply;
+        if (t->remove) {
+          if (int rc = Call(t->c, "DELETE", "/v1/tenants/" + t->name, nullptr, &reply); rc != 0)
+            return rc;
+          std::cout << "deleted tenant " << t->name << "\n";
+          return kExitOk;
+        }
+        json quotas = json::object();
+        for (const std::string& q : t->quotas) {
+          std::vector<std::string> parts = absl::StrSplit(q, '=');
+          int n = 0;
+          if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &n)) {
+            PrintError("--quota: CLASS=N, e.g. small=4");
+            return kExitBadInput;
+          }
+          quotas[parts[0]] = n;
+        }
+        json body = {{"may_take_full", t->full},
+                     {"priority", t->priority},
+                     {"max_gib", t->max_gib},
+                     {"max_slices", quotas}};
+        if (int rc = Call(t->c, "PUT", "/v1/tenants/" + t->name, &body, &reply); rc != 0) return rc;
+        if (t->c.json_output) {
+          PrintJson(reply.body);
+        } else {
+          std::cout << "tenant " << t->name << ": " << reply.body.dump() << "\n";
+        }
+        return kExitOk;
+      };
+    });
+    struct UserOptions {
+      ClientOptions c;
+      std::string name, tenant;
+      bool is_admin = false;
+    };
+    auto u = std::make_shared<UserOptions>();
+    CLI::App* user =
+        admin->add_subcommand("user", "Create a user and print its API token (shown once)");
+    AddConnection(user, u->c);
+    user->add_option("name", u->name, "User name")->required();
+    user->add_option("--tenant", u->tenant, "The user's tenant");
+    user->add_flag("--admin", u->is_admin, "An administrator (no tenant)");
+    user->callback([u, action] {
+      *action = [u] {
+        json body = {
+            {"name", u->name}, {"tenant", u->tenant}, {"role", u->is_admin ? "admin" : "tenant"}};
+        Reply reply;
+        if (int rc = Call(u->c, "POST", "/v1/users", &body, &reply); rc != 0) return rc;
+        if (u->c.json_output) {
+          PrintJson(reply.body);
+        } else {
+          std::cout << reply.body["token"].get<std::string>() << "\n";
+        }
+        return kExitOk;
+      };
+    });
+    struct ClassOptions {
+      ClientOptions c;
+      std::string name;
+      std::vector<std::string> mig;
+      int share = 0;
+      std::int64_t vram = 0, max_lease = 8 * 3600, idle = 0;
+      bool full = false, remove = false;
+    };
+    auto k = std::make_shared<ClassOptions>();
+    CLI::App* klass = admin->add_subcommand("class", "Define or change a class (or --delete it)");
+    AddConnection(klass, k->c);
+    klass->add_option("name", k->name, "Class name")->required();
+    klass->add_option("--mig", k->mig, "MODEL=PROFILE, repeatable (e.g. H100-80GB=1g.10gb)");
+    klass->add_option("--share", k->share, "A share of a shared GPU, milli");
+    klass->add_option("--vram", k->vram, "VRAM of the share, MiB");
+    klass->add_flag("--full", k->full, "A whole GPU");
+    klass->add_option("--max-lease", k->max_lease, "Longest lease, seconds");
+    klass->add_option("--idle-timeout", k->idle, "Reclaim after this many idle seconds (0: never)");
+    klass->add_flag("--delete", k->remove, "Delete the class");
+    klass->callback([k, action] {
+      *action = [k] {
+        Reply reply;
+        if (k->remove) {
+          if (int rc = Call(k->c, "DELETE", "/v1/classes/" + k->name, nullptr, &reply); rc != 0)
+            return rc;
+          std::cout << "deleted class " << k->name << "\n";
+          return kExitOk;
+        }
+        json mig = json::object();
+        for (const std::string& m : k->mig) {
+          std::vector<std::string> parts = absl::StrSplit(m, '=');
+          if (parts.size() != 2) {
+            PrintError("--mig: MODEL=PROFILE, e.g. H100-80GB=1g.10gb");
+            return kExitBadInput;
+          }
+          mig[parts[0]] = parts[1];
+        }
+        json body = {{"mig", mig},      {"share_milli", k->share},     {"vram_mib", k->vram},
+                     {"full", k->full}, {"max_lease_s", k->max_lease}, {"idle_timeout_s", k->idle}};
+        if (int rc = Call(k->c, "PUT", "/v1/classes/" + k->name, &body, &reply); rc != 0) return rc;
+        if (k->c.json_output) {
+          PrintJson(reply.body);
+        } else {
+          std::cout << "class " << k->name << ": " << reply.body.dump() << "\n";
+        }
+        return kExitOk;
+      };
+    });
+    for (const char* what : {"tenants", "classes"}) {
+      auto o = std::make_shared<ClientOptions>();
+      const std::string list = what;
+      CLI::App* cmd = admin->add_subcommand(list, "List " + list);
+      AddConnection(cmd, *o);
+      cmd->callback([o, action, list] {
+        *action = [o, list] {
+          Reply reply;
+          if (int rc = Call(*o, "GET", "/v1/" + list, nullptr, &reply); rc != 0) return rc;
+          if (o->json_output) {
+            PrintJson(reply.body);
+            return kExitOk;
+          }
+          for (const json& item : reply.body[list]) std::cout << item.dump() << "\n";
+          return kExitOk;
+        };
+      });
+    }
+  }
+}
+
+}  // namespace gpuslice::cli

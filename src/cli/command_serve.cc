@@ -1,0 +1,206 @@
+// gpuslice serve: the allocation service. Hands out slices of this machine's GPUs (through NVML),
+// or of a simulated fleet when no driver is present, over the HTTP API (gpuslice/api/server.h).
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common.h"
+#include "gpuslice/alloc/inventory.h"
+#include "gpuslice/alloc/service.h"
+#include "gpuslice/api/server.h"
+#include "gpuslice/device/nvml_backend.h"
+#include "gpuslice/device/sim_backend.h"
+#include "gpuslice/device/sim_machine.h"
+#include "gpuslice/store/database.h"
+
+namespace gpuslice::cli {
+namespace {
+
+struct ServeOptions {
+  std::string db = "gpuslice.db";
+  std::string listen = "127.0.0.1:8470";
+  std::string sim_fleet;
+  std::string token_file = "gpuslice-admin.token";
+  std::string policy = "gpuslice";
+  int tick_s = 5;
+};
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+std::int64_t MachineMemoryMib() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page / (1024 * 1024) : 65536;
+}
+
+std::string Hostname() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "localhost";
+  return name;
+}
+
+int RunServe(const GlobalOptions& global, const ServeOptions& options) {
+  const hw::Catalog* catalog = LoadCatalog(global);
+  if (catalog == nullptr) return kExitBadInput;
+  const size_t colon = options.listen.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(options.listen.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    PrintError("--listen: HOST:PORT, e.g. 127.0.0.1:8470");
+    return kExitBadInput;
+  }
+  // The GPUs: NVML when a driver is there, else a simulated fleet; say which, loudly.
+  std::vector<device::GpuInfo> gpus;
+  std::string source;
+  bool simulated = true;
+  if (options.sim_fleet.empty()) {
+    absl::StatusOr<std::unique_ptr<device::NvmlBackend>> nvml = device::NvmlBackend::Load(*catalog);
+    if (nvml.ok()) {
+      absl::StatusOr<std::vector<device::GpuInfo>> listed = (*nvml)->ListGpus();
+      if (listed.ok() && !listed->empty()) {
+        gpus = *listed;
+        simulated = false;
+        source = absl::StrCat("local GPUs through NVML (", (*nvml)->Describe(), ")");
+      }
+    }
+  }
+  const std::string fleet =
+      options.sim_fleet.empty() ? "4xH100-80GB,4xA100-80GB" : options.sim_fleet;
+  if (simulated) {
+    absl::StatusOr<device::sim::SimState> state = device::sim::NewMachine(*catalog, fleet);
+    if (!state.ok()) {
+      PrintError(absl::StrCat("--sim-fleet: ", std::string(state.status().message())));
+      return kExitBadInput;
+    }
+    device::SimBackend backend(*std::move(state), *catalog);
+    absl::StatusOr<std::vector<device::GpuInfo>> listed = backend.ListGpus();
+    if (!listed.ok()) {
+      PrintError(std::string(listed.status().message()));
+      return 1;
+    }
+    gpus = *listed;
+    source = absl::StrCat("a SIMULATED fleet (", fleet, ")",
+                          options.sim_fleet.empty() ? ": no NVIDIA driver found" : "");
+  }
+  absl::StatusOr<place::Cluster> inventory = alloc::InventoryFromGpus(
+      Hostname(), gpus,
+      static_cast<std::int64_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))) * 1000,
+      MachineMemoryMib(), simulated);
+  if (!inventory.ok()) {
+    PrintError(std::string(inventory.status().message()));
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<store::Database>> db = store::OpenDatabase(options.db);
+  if (!db.ok()) {
+    PrintError(std::string(db.status().message()));
+    return 1;
+  }
+  const std::string where = (*db)->where();
+  alloc::ServiceOptions service_options;
+  service_options.policy = options.policy;
+  absl::StatusOr<std::unique_ptr<alloc::Service>> service =
+      alloc::Service::Open(*std::move(db), *std::move(inventory), service_options);
+  if (!service.ok()) {
+    PrintError(std::string(service.status().message()));
+    return 1;
+  }
+  absl::StatusOr<std::optional<std::string>> admin = (*service)->BootstrapAdmin("admin");
+  if (!admin.ok()) {
+    PrintError(std::string(admin.status().message()));
+    return 1;
+  }
+  if (admin->has_value()) {
+    const std::string tmp = options.token_file + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << **admin << "\n";
+      if (!out) {
+        PrintError(absl::StrCat("cannot write ", tmp));
+        return 1;
+      }
+    }
+    std::filesystem::permissions(
+        tmp, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    std::filesystem::rename(tmp, options.token_file);
+  }
+  api::ServerOptions server_options;
+  server_options.host = options.listen.substr(0, colon);
+  server_options.port = port;
+  api::ApiServer server(**service, server_options);
+  if (absl::Status status = server.Start(); !status.ok()) {
+    PrintError(std::string(status.message()));
+    return 1;
+  }
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  const std::string url = absl::StrCat("http://", server_options.host, ":", server.port());
+  std::cout << "gpuslice serve: handing out " << (*service)->inventory().total_gpus() << " GPUs of "
+            << source << "\n"
+            << "  store:  " << (*service)->store_kind() << " " << where << "\n"
+            << "  listen: " << url << "   (health: " << url << "/v1/health)\n"
+            << "  admin token: "
+            << (admin->has_value() ? std::filesystem::absolute(options.token_file).string()
+                                   : std::string("(an admin exists already; token file from the "
+                                                 "first start)"))
+            << "\n\nTry next, in another terminal:\n"
+            << "  export GPUSLICE_SERVER=" << url << " GPUSLICE_TOKEN=$(cat " << options.token_file
+            << ")\n"
+            << "  gpuslice admin tenant team-a --quota small=4 && gpuslice admin user ann --tenant "
+               "team-a\n"
+            << "  GPUSLICE_TOKEN=<ann's token> gpuslice acquire --class small --purpose "
+               "\"notebook\"\n"
+            << "  gpuslice leases --all; gpuslice audit\n"
+            << std::flush;
+  auto last_tick = std::chrono::steady_clock::now();
+  while (!g_stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (std::chrono::steady_clock::now() - last_tick >= std::chrono::seconds(options.tick_s)) {
+      last_tick = std::chrono::steady_clock::now();
+      if (absl::StatusOr<int> ended = (*service)->Tick(); !ended.ok()) {
+        std::cerr << "gpuslice serve: tick: " << ended.status().message() << "\n";
+      }
+    }
+  }
+  std::cout << "gpuslice serve: stopping (finishing requests in flight)\n" << std::flush;
+  server.Stop();
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
+  auto options = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve",
+      "Run the allocation service: tenants, classes, quotas, queues and leases over an HTTP API. "
+      "Uses this machine's GPUs through NVML, or a simulated fleet when no driver is present");
+  cmd->add_option("--db", options->db, "The store: an SQLite file, or postgres://user@host:port/db")
+      ->capture_default_str();
+  cmd->add_option("--listen", options->listen, "HOST:PORT to listen on (loopback by default)")
+      ->capture_default_str();
+  cmd->add_option("--sim-fleet", options->sim_fleet,
+                  "Hand out a simulated fleet instead of local GPUs, e.g. 4xH100-80GB,4xA100-80GB");
+  cmd->add_option("--admin-token-file", options->token_file,
+                  "Where the first start writes the admin's API token (mode 0600)")
+      ->capture_default_str();
+  cmd->add_option("--policy", options->policy, "Placement policy (see gpuslice replay)")
+      ->capture_default_str();
+  cmd->add_option("--tick", options->tick_s, "Seconds between expiry/idle/queue sweeps")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+  cmd->callback([options, action, &global] {
+    *action = [options, &global] { return RunServe(global, *options); };
+  });
+}
+
+}  // namespace gpuslice::cli

@@ -1,0 +1,111 @@
+// Schema migrations of the allocation service's store, written once in the SQL both SQLite and
+// PostgreSQL accept.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gpuslice/store/database.h"
+
+namespace gpuslice::store {
+namespace {
+
+// Each step is applied once, in order, in its own transaction. Never edit a released step: add one.
+const std::vector<std::vector<std::string>>& Steps() {
+  static const std::vector<std::vector<std::string>> steps = {
+      // 1: tenancy, classes, leases, the queue and the audit log.
+      {
+          "CREATE TABLE tenants (name TEXT PRIMARY KEY, may_take_full INTEGER NOT NULL, "
+          "priority INTEGER NOT NULL, max_gib DOUBLE PRECISION NOT NULL, created_at BIGINT NOT "
+          "NULL)",
+          "CREATE TABLE quotas (tenant TEXT NOT NULL REFERENCES tenants(name) ON DELETE CASCADE, "
+          "class TEXT NOT NULL, max_slices INTEGER NOT NULL, PRIMARY KEY (tenant, class))",
+          "CREATE TABLE users (name TEXT PRIMARY KEY, tenant TEXT REFERENCES tenants(name) ON "
+          "DELETE CASCADE, role TEXT NOT NULL, token_hash TEXT NOT NULL UNIQUE, created_at BIGINT "
+          "NOT NULL)",
+          "CREATE TABLE classes (name TEXT PRIMARY KEY, spec TEXT NOT NULL)",
+          "CREATE TABLE leases (id BIGINT PRIMARY KEY, tenant TEXT NOT NULL, user_name TEXT NOT "
+          "NULL, class TEXT NOT NULL, purpose TEXT NOT NULL, request TEXT NOT NULL, node TEXT NOT "
+          "NULL, claims TEXT NOT NULL, memory_gib DOUBLE PRECISION NOT NULL, granted_at BIGINT "
+          "NOT NULL, expires_at BIGINT NOT NULL, ended_at BIGINT, state TEXT NOT NULL)",
+          "CREATE INDEX leases_by_state ON leases (state, tenant)",
+          "CREATE TABLE queue (id BIGINT PRIMARY KEY, tenant TEXT NOT NULL, user_name TEXT NOT "
+          "NULL, class TEXT NOT NULL, purpose TEXT NOT NULL, request TEXT NOT NULL, priority "
+          "INTEGER NOT NULL, ttl_s BIGINT NOT NULL, enqueued_at BIGINT NOT NULL, state TEXT NOT "
+          "NULL)",
+          "CREATE INDEX queue_by_state ON queue (state, class)",
+          "CREATE TABLE audit (id BIGINT PRIMARY KEY, at BIGINT NOT NULL, actor TEXT NOT NULL, "
+          "tenant TEXT NOT NULL, action TEXT NOT NULL, subject TEXT NOT NULL, purpose TEXT NOT "
+          "NULL, detail TEXT NOT NULL)",
+          "CREATE INDEX audit_by_tenant ON audit (tenant, at)",
+      },
+  };
+  return steps;
+}
+
+}  // namespace
+
+int SchemaVersion() { return static_cast<int>(Steps().size()); }
+
+std::int64_t AsInt(const Value& value) {
+  if (const auto* integer = std::get_if<std::int64_t>(&value)) return *integer;
+  if (const auto* real = std::get_if<double>(&value)) return static_cast<std::int64_t>(*real);
+  if (const auto* text = std::get_if<std::string>(&value)) return std::atoll(text->c_str());
+  return 0;
+}
+
+double AsDouble(const Value& value) {
+  if (const auto* real = std::get_if<double>(&value)) return *real;
+  if (const auto* integer = std::get_if<std::int64_t>(&value)) {
+    return static_cast<double>(*integer);
+  }
+  if (const auto* text = std::get_if<std::string>(&value)) return std::atof(text->c_str());
+  return 0;
+}
+
+std::string AsText(const Value& value) {
+  if (const auto* text = std::get_if<std::string>(&value)) return *text;
+  if (const auto* integer = std::get_if<std::int64_t>(&value)) return std::to_string(*integer);
+  if (const auto* real = std::get_if<double>(&value)) return std::to_string(*real);
+  return "";
+}
+
+absl::StatusOr<int> CurrentVersion(Database& db) {
+  if (absl::Status status =
+          db.Exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)");
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<Result> rows = db.Query("SELECT MAX(version) FROM schema_version");
+  if (!rows.ok()) return rows.status();
+  if (rows->rows.empty()) return 0;
+  return static_cast<int>(AsInt(rows->rows[0][0]));
+}
+
+absl::Status Migrate(Database& db) {
+  absl::StatusOr<int> current = CurrentVersion(db);
+  if (!current.ok()) return current.status();
+  if (*current > SchemaVersion()) {
+    return absl::FailedPreconditionError(absl::StrCat(db.where(), " has schema version ", *current,
+                                                      "; this gpuslice knows up to ",
+                                                      SchemaVersion(), ". Use a newer gpuslice."));
+  }
+  for (int version = *current + 1; version <= SchemaVersion(); ++version) {
+    Transaction transaction(db);
+    if (!transaction.status().ok()) return transaction.status();
+    for (const std::string& statement : Steps()[static_cast<size_t>(version - 1)]) {
+      if (absl::Status status = db.Exec(statement); !status.ok()) {
+        return absl::InternalError(
+            absl::StrCat("migration to schema version ", version, " failed: ", status.message()));
+      }
+    }
+    const Value params[] = {std::int64_t{version}};
+    if (absl::Status status = db.Exec("INSERT INTO schema_version (version) VALUES (?)", params);
+        !status.ok()) {
+      return status;
+    }
+    if (absl::Status status = transaction.Commit(); !status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gpuslice::store
