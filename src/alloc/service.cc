@@ -1169,11 +1169,11 @@ absl::StatusOr<std::vector<AuditEvent>> Service::Audit(const Caller& caller,
       tenant.empty()
           ? db_->Query(
                 "SELECT id, at, actor, tenant, action, subject, purpose, detail FROM audit "
-                "WHERE at >= ? ORDER BY id LIMIT ?",
+                "WHERE at >= ? ORDER BY id DESC LIMIT ?",
                 without)
           : db_->Query(
                 "SELECT id, at, actor, tenant, action, subject, purpose, detail FROM audit "
-                "WHERE tenant = ? AND at >= ? ORDER BY id LIMIT ?",
+                "WHERE tenant = ? AND at >= ? ORDER BY id DESC LIMIT ?",
                 with_tenant);
   if (!rows.ok()) return rows.status();
   std::vector<AuditEvent> out;
@@ -1182,6 +1182,7 @@ absl::StatusOr<std::vector<AuditEvent>> Service::Audit(const Caller& caller,
                              store::AsText(row[3]), store::AsText(row[4]), store::AsText(row[5]),
                              store::AsText(row[6]), store::AsText(row[7])});
   }
+  std::reverse(out.begin(), out.end());  // the newest `limit` events, oldest first
   return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -12,6 +13,8 @@ namespace gpuslice::api {
 namespace {
 
 using nlohmann::json;
+
+constexpr std::size_t kMaxBodyBytes = 64 * 1024;
 
 int HttpCode(const absl::Status& status) {
   switch (status.code()) {
@@ -28,7 +31,7 @@ int HttpCode(const absl::Status& status) {
     case absl::StatusCode::kFailedPrecondition:
       return 409;
     case absl::StatusCode::kResourceExhausted:
-      return 429;
+      return 413;
     case absl::StatusCode::kUnavailable:
       return 503;
     default:
@@ -47,6 +50,9 @@ void Fail(httplib::Response& res, const absl::Status& status) {
 
 // A JSON object body with only the allowed fields.
 absl::StatusOr<json> Body(const httplib::Request& req, const std::set<std::string>& allowed) {
+  if (req.body.size() > kMaxBodyBytes) {
+    return absl::ResourceExhaustedError("body: larger than 64 KiB");
+  }
   json body = json::parse(req.body.empty() ? std::string("{}") : req.body, nullptr, false);
   if (body.is_discarded()) return absl::InvalidArgumentError("body: not valid JSON");
   if (!body.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
@@ -158,6 +164,28 @@ ApiServer::~ApiServer() { Stop(); }
 void ApiServer::Routes() {
   httplib::Server& s = *server_;
   s.set_payload_max_length(options_.max_body_bytes);
+  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let a second server
+  // share the port silently.
+  s.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  // The size limit holds for what is parsed, not only for Content-Length: no chunked or
+  // compressed request bodies (they are refused before the body is read).
+  s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (req.has_header("Transfer-Encoding") &&
+        req.get_header_value("Transfer-Encoding") != "identity") {
+      Reply(res, 411, json{{"error", "chunked bodies are not accepted; send Content-Length"}});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (req.has_header("Content-Encoding") &&
+        req.get_header_value("Content-Encoding") != "identity") {
+      Reply(res, 415, json{{"error", "compressed bodies are not accepted"}});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
   alloc::Service& service = service_;
 
   // Authenticates, then runs `handler(caller)`; any Status error becomes its HTTP code.
@@ -454,6 +482,10 @@ absl::Status ApiServer::Start() {
     port_ = options_.port;
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // Serving before returning, so that Stop() right away cannot miss the listener.
+  for (int i = 0; i < 500 && !server_->is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   return absl::OkStatus();
 }
 

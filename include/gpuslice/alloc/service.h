@@ -129,6 +129,7 @@ struct AuditEvent {
   std::string detail;  // JSON
 };
 
+// The newest `limit` events since `since`, oldest first.
 struct AuditQuery {
   std::string tenant;      // empty: all (admins only)
   std::int64_t since = 0;  // epoch seconds

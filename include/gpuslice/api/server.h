@@ -2,7 +2,7 @@
 //
 // The allocation service's HTTP/JSON API, version 1 (docs/api/openapi.yaml describes it):
 //
-//   GET    /v1/health                      no authentication: status, store, GPUs, leases
+//   GET    /v1/health                      no authentication: status, store, GPUs
 //   GET    /v1/inventory                   nodes and GPUs with what is allocated on them
 //   GET    /v1/classes                     PUT/DELETE /v1/classes/{name} (admin)
 //   GET    /v1/tenants                     PUT/DELETE /v1/tenants/{name} (admin)
@@ -15,8 +15,8 @@
 //
 // Every endpoint but health needs `Authorization: Bearer <token>`; a tenant sees and changes
 // only its own leases, queue entries and audit. Bodies are JSON objects; unknown fields, wrong
-// types, absurd amounts and bodies over 64 KiB get a 4xx with {"error": "..."} and change
-// nothing. Tokens are never logged.
+// types, absurd amounts, bodies over 64 KiB (413), chunked (411) or compressed (415) bodies get a
+// 4xx with {"error": "..."} and change nothing. Tokens are never logged.
 #pragma once
 
 #include <memory>

@@ -1,0 +1,219 @@
+// Load benchmark of the allocation service: N concurrent HTTP clients acquire and release slices
+// against the API (an in-process `serve`: alloc::Service + api::ApiServer on loopback), on SQLite
+// or PostgreSQL, and, in the same run, the raw durable single-row transaction rate of the same
+// database on the same machine (one INSERT + COMMIT at a time), so the service's cost is a ratio.
+//
+//   load_bench --store sqlite|postgres [--url postgres://...] [--clients N] [--seconds S]
+//              [--dir DIR]
+//
+// Each client loops: POST /v1/leases {"class":"small"} (timed: the acquire latency), then
+// DELETE /v1/leases/{id}. ops_per_s counts both calls. The fleet is simulated: 64 A100-80GB in MIG
+// mode (448 small slices), so acquires never queue. Ends with one line:
+//   load <sqlite|postgres> clients=<n> ops_per_s=<x> p50_ms=<y> p99_ms=<z> raw_txn_per_s=<w>
+// Exit status: 0 done, 1 a request failed, 2 bad usage.
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+#include <vector>
+
+#include "gpuslice/alloc/service.h"
+#include "gpuslice/api/server.h"
+#include "gpuslice/hw/catalog.h"
+#include "gpuslice/store/database.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace gpuslice;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string store = "sqlite";
+  std::string url;
+  int clients = 32;
+  double seconds = 5;
+  std::string dir;
+};
+
+int Usage(const std::string& message) {
+  if (!message.empty()) std::cerr << "load_bench: " << message << "\n";
+  std::cerr << "usage: load_bench --store sqlite|postgres [--url URL] [--clients N] [--seconds S]"
+               " [--dir DIR]\n";
+  return 2;
+}
+
+absl::StatusOr<std::unique_ptr<store::Database>> Open(const Options& o, const std::string& name) {
+  if (o.store == "postgres") {
+    absl::StatusOr<std::unique_ptr<store::Database>> db = store::OpenPostgres(o.url);
+    if (!db.ok()) return db;
+    // A clean schema for each phase.
+    if (absl::Status s = (*db)->Exec("DROP SCHEMA public CASCADE"); !s.ok()) return s;
+    if (absl::Status s = (*db)->Exec("CREATE SCHEMA public"); !s.ok()) return s;
+    return db;
+  }
+  const fs::path path = fs::path(o.dir) / name;
+  for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(path.string() + suffix);
+  return store::OpenSqlite(path.string());
+}
+
+// Durable single-row transactions, one at a time, for `seconds`.
+absl::StatusOr<double> RawRate(const Options& o) {
+  absl::StatusOr<std::unique_ptr<store::Database>> db = Open(o, "raw.db");
+  if (!db.ok()) return db.status();
+  if (absl::Status s = (*db)->Exec("CREATE TABLE raw (id BIGINT PRIMARY KEY, v TEXT NOT NULL)");
+      !s.ok()) {
+    return s;
+  }
+  const auto start = Clock::now();
+  std::int64_t n = 0;
+  while (std::chrono::duration<double>(Clock::now() - start).count() < o.seconds) {
+    store::Transaction txn(**db);
+    const store::Value params[] = {n, std::string("row")};
+    if (absl::Status s = (*db)->Exec("INSERT INTO raw (id, v) VALUES (?, ?)", params); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = txn.Commit(); !s.ok()) return s;
+    ++n;
+  }
+  return static_cast<double>(n) / std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+int Run(const Options& o) {
+  absl::StatusOr<double> raw = RawRate(o);
+  if (!raw.ok()) {
+    std::cerr << "load_bench: raw transactions: " << raw.status() << "\n";
+    return 1;
+  }
+  place::NodeSpec node;
+  node.name = "bench/A100-80GB-mig";
+  node.model = "A100-80GB";
+  node.cpu_milli = 1'000'000;
+  node.memory_mib = 1 << 24;
+  node.gpus = 64;
+  node.mode = place::GpuMode::kMig;
+  node.hardware = hw::Catalog::Builtin().Find("A100-80GB");
+  absl::StatusOr<place::Cluster> cluster = place::Cluster::Create({node});
+  absl::StatusOr<std::unique_ptr<store::Database>> db = Open(o, "service.db");
+  if (!cluster.ok() || !db.ok()) {
+    std::cerr << "load_bench: " << (cluster.ok() ? db.status() : cluster.status()) << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<alloc::Service>> service =
+      alloc::Service::Open(*std::move(db), *std::move(cluster));
+  if (!service.ok()) {
+    std::cerr << "load_bench: " << service.status() << "\n";
+    return 1;
+  }
+  const alloc::Caller admin{"bench", "", alloc::Role::kAdmin};
+  std::vector<std::string> tokens;
+  for (int t = 0; t < 4; ++t) {
+    alloc::TenantSpec tenant;
+    tenant.name = "team-" + std::to_string(t);
+    tenant.max_slices["small"] = o.clients;
+    if (absl::Status s = (*service)->PutTenant(admin, tenant); !s.ok()) {
+      std::cerr << "load_bench: " << s << "\n";
+      return 1;
+    }
+    absl::StatusOr<std::string> token = (*service)->CreateUser(admin, "user-" + std::to_string(t),
+                                                               tenant.name, alloc::Role::kTenant);
+    if (!token.ok()) {
+      std::cerr << "load_bench: " << token.status() << "\n";
+      return 1;
+    }
+    tokens.push_back(*token);
+  }
+  api::ServerOptions server_options;
+  server_options.port = 0;
+  api::ApiServer server(**service, server_options);
+  if (absl::Status s = server.Start(); !s.ok()) {
+    std::cerr << "load_bench: " << s << "\n";
+    return 1;
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> ops{0};
+  std::atomic<int> errors{0};
+  std::vector<std::vector<double>> latencies(static_cast<size_t>(o.clients));
+  std::vector<std::thread> threads;
+  const auto start = Clock::now();
+  for (int c = 0; c < o.clients; ++c) {
+    threads.emplace_back([&, c] {
+      httplib::Client client("127.0.0.1", server.port());
+      client.set_keep_alive(true);
+      const httplib::Headers headers = {
+          {"Authorization", "Bearer " + tokens[static_cast<size_t>(c) % tokens.size()]}};
+      const std::string body = R"({"class":"small","purpose":"load benchmark","wait":false})";
+      while (!stop) {
+        const auto t0 = Clock::now();
+        httplib::Result acquired = client.Post("/v1/leases", headers, body, "application/json");
+        const auto t1 = Clock::now();
+        if (!acquired || acquired->status != 201) {
+          ++errors;
+          continue;
+        }
+        latencies[static_cast<size_t>(c)].push_back(
+            std::chrono::duration<double, std::milli>(t1 - t0).count());
+        const auto lease = nlohmann::json::parse(acquired->body)["lease"]["id"].get<std::int64_t>();
+        httplib::Result released = client.Delete("/v1/leases/" + std::to_string(lease), headers);
+        if (!released || released->status != 200) ++errors;
+        ops += 2;
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
+  stop = true;
+  for (std::thread& t : threads) t.join();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  server.Stop();
+  std::vector<double> all;
+  for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  auto percentile = [&](double p) {
+    return all.empty() ? 0.0
+                       : all[std::min(all.size() - 1,
+                                      static_cast<size_t>(p * static_cast<double>(all.size())))];
+  };
+  const double ops_per_s = static_cast<double>(ops.load()) / elapsed;
+  std::printf(
+      "acquire+release over HTTP: %lld calls in %.1f s by %d clients, %d errors; ratio to "
+      "the raw durable transaction rate %.2f\n",
+      static_cast<long long>(ops.load()), elapsed, o.clients, errors.load(), ops_per_s / *raw);
+  std::printf("load %s clients=%d ops_per_s=%.0f p50_ms=%.2f p99_ms=%.2f raw_txn_per_s=%.0f\n",
+              o.store.c_str(), o.clients, ops_per_s, percentile(0.50), percentile(0.99), *raw);
+  return errors.load() == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (arg == "--store") {
+      o.store = value();
+    } else if (arg == "--url") {
+      o.url = value();
+    } else if (arg == "--clients") {
+      o.clients = std::atoi(value().c_str());
+    } else if (arg == "--seconds") {
+      o.seconds = std::atof(value().c_str());
+    } else if (arg == "--dir") {
+      o.dir = value();
+    } else {
+      return Usage("unknown argument " + arg);
+    }
+  }
+  if (o.store != "sqlite" && o.store != "postgres") return Usage("--store: sqlite or postgres");
+  if (o.store == "postgres" && o.url.empty()) return Usage("--url is needed for postgres");
+  if (o.clients < 1 || o.clients > 1024) return Usage("--clients: 1..1024");
+  if (!(o.seconds > 0 && o.seconds <= 600)) return Usage("--seconds: (0, 600]");
+  if (o.dir.empty()) o.dir = fs::temp_directory_path().string();
+  return Run(o);
+}
