@@ -27,6 +27,7 @@ else
   scripts/build.sh "$build_dir" >/dev/null
 fi
 work=$(mktemp -d)
+chmod 755 "$work"  # the PostgreSQL server runs as user postgres
 cleanup() {
   [[ -f "$work/pg/data/postmaster.pid" ]] && scripts/pg_test_server.sh stop "$work/pg" || true
   rm -rf "$work"

@@ -164,6 +164,11 @@ ApiServer::~ApiServer() { Stop(); }
 void ApiServer::Routes() {
   httplib::Server& s = *server_;
   s.set_payload_max_length(options_.max_body_bytes);
+  // One worker per client connection up to this many (keep-alive connections hold a worker);
+  // the service itself serialises the changes.
+  const int workers = options_.worker_threads;
+  s.new_task_queue = [workers] { return new httplib::ThreadPool(static_cast<size_t>(workers)); };
+  s.set_keep_alive_timeout(2);
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let a second server
   // share the port silently.
   s.set_socket_options([](socket_t sock) {

@@ -36,6 +36,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8470;  // 0: any free port
   std::size_t max_body_bytes = 64 * 1024;
+  int worker_threads = 128;  // concurrent connections served
 };
 
 class ApiServer {
