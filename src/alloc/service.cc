@@ -724,6 +724,20 @@ Lease Service::MakeLease(const place::Allocation& allocation, const std::string&
   return lease;
 }
 
+absl::Status Service::InsertLease(const Lease& lease, const AcquireRequest& request) {
+  const Value params[] = {lease.id,         lease.tenant,
+                          lease.user,       lease.class_name,
+                          lease.purpose,    RequestJson(request).dump(),
+                          lease.node,       ClaimsJson(lease.claims).dump(),
+                          lease.memory_gib, lease.granted_at,
+                          lease.expires_at};
+  return db_->Exec(
+      "INSERT INTO leases (id, tenant, user_name, class, purpose, request, node, claims, "
+      "memory_gib, granted_at, expires_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+      "'active')",
+      params);
+}
+
 absl::StatusOr<AcquireResult> Service::Acquire(const Caller& caller,
                                                const AcquireRequest& request) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -794,19 +808,7 @@ absl::StatusOr<AcquireResult> Service::Acquire(const Caller& caller,
       lease.id = next_lease_;
       store::Transaction txn(*db_);
       absl::Status s = txn.status();
-      if (s.ok()) {
-        const Value params[] = {lease.id,         lease.tenant,
-                                lease.user,       lease.class_name,
-                                lease.purpose,    RequestJson(request).dump(),
-                                lease.node,       ClaimsJson(lease.claims).dump(),
-                                lease.memory_gib, lease.granted_at,
-                                lease.expires_at};
-        s = db_->Exec(
-            "INSERT INTO leases (id, tenant, user_name, class, purpose, request, node, claims, "
-            "memory_gib, granted_at, expires_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-            "'active')",
-            params);
-      }
+      if (s.ok()) s = InsertLease(lease, request);
       if (s.ok()) {
         s = Audited(caller, tenant.name, "grant", absl::StrCat("lease ", lease.id), request.purpose,
                     json{{"class", class_name},
@@ -950,19 +952,7 @@ absl::StatusOr<int> Service::GrantQueued() {
     lease.id = next_lease_;
     store::Transaction txn(*db_);
     absl::Status s = txn.status();
-    if (s.ok()) {
-      const Value params[] = {lease.id,         lease.tenant,
-                              lease.user,       lease.class_name,
-                              lease.purpose,    RequestJson(q.request).dump(),
-                              lease.node,       ClaimsJson(lease.claims).dump(),
-                              lease.memory_gib, lease.granted_at,
-                              lease.expires_at};
-      s = db_->Exec(
-          "INSERT INTO leases (id, tenant, user_name, class, purpose, request, node, claims, "
-          "memory_gib, granted_at, expires_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-          "'active')",
-          params);
-    }
+    if (s.ok()) s = InsertLease(lease, q.request);
     if (s.ok()) {
       const Value params[] = {q.entry.id};
       s = db_->Exec("UPDATE queue SET state = 'granted' WHERE id = ?", params);

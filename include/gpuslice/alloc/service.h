@@ -199,6 +199,8 @@ class Service {
   Lease MakeLease(const place::Allocation& allocation, const std::string& tenant,
                   const std::string& user, const std::string& class_name,
                   const std::string& purpose, std::int64_t ttl_s);
+  // The row of a new active lease (inside the caller's transaction).
+  absl::Status InsertLease(const Lease& lease, const AcquireRequest& request);
   absl::Status EndLease(std::int64_t lease_id, const std::string& state, const Caller& actor);
   absl::StatusOr<int> GrantQueued();
   void Renumber();
