@@ -10,6 +10,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   scripts/build.sh "$build_dir" -DGPUSLICE_SANITIZE=ON -DGPUSLICE_BUILD_BENCHMARKS=OFF \
     -DCMAKE_BUILD_TYPE=Debug
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan-suppressions.txt:print_suppressions=0"
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 else
   build_dir=build
