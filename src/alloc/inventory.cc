@@ -6,6 +6,15 @@
 
 namespace gpuslice::alloc {
 
+bool HandedOutAsMig(const device::GpuInfo& gpu, bool mig_if_capable) {
+  return gpu.model->mig_capable() &&
+         (gpu.mig_current == device::MigMode::kEnabled || mig_if_capable);
+}
+
+std::string NodeNameFor(const std::string& host, const device::GpuInfo& gpu, bool mig_if_capable) {
+  return absl::StrCat(host, "/", gpu.model->id, HandedOutAsMig(gpu, mig_if_capable) ? "-mig" : "");
+}
+
 absl::StatusOr<place::Cluster> InventoryFromGpus(const std::string& host,
                                                  const std::vector<device::GpuInfo>& gpus,
                                                  std::int64_t cpu_milli, std::int64_t memory_mib,
@@ -13,16 +22,17 @@ absl::StatusOr<place::Cluster> InventoryFromGpus(const std::string& host,
   if (gpus.empty()) return absl::FailedPreconditionError("no GPUs to hand out");
   // (model id, MIG) -> count, in first-seen order.
   std::vector<std::pair<std::pair<std::string, bool>, int>> groups;
+  std::map<std::pair<std::string, bool>, std::string> names;
   std::map<std::string, const hw::GpuModel*> models;
   for (const device::GpuInfo& gpu : gpus) {
     if (gpu.model == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "GPU ", gpu.index, " (", gpu.name, ") is not in the catalog; add it with --catalog"));
     }
-    const bool mig = gpu.model->mig_capable() &&
-                     (gpu.mig_current == device::MigMode::kEnabled || mig_if_capable);
+    const bool mig = HandedOutAsMig(gpu, mig_if_capable);
     const std::pair<std::string, bool> key{gpu.model->id, mig};
     models[gpu.model->id] = gpu.model;
+    names[key] = NodeNameFor(host, gpu, mig_if_capable);
     auto it = std::find_if(groups.begin(), groups.end(),
                            [&](const auto& group) { return group.first == key; });
     if (it == groups.end()) {
@@ -35,7 +45,7 @@ absl::StatusOr<place::Cluster> InventoryFromGpus(const std::string& host,
   std::vector<place::NodeSpec> nodes;
   for (const auto& [key, count] : groups) {
     place::NodeSpec node;
-    node.name = absl::StrCat(host, "/", key.first, key.second ? "-mig" : "");
+    node.name = names[key];
     node.model = key.first;
     node.gpus = count;
     node.cpu_milli = cpu_milli * count / total;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "gpuslice/hw/catalog.h"
 #include "nlohmann/json.hpp"
 
@@ -112,6 +113,37 @@ std::vector<place::GpuClaim> ClaimsFromJson(const json& j) {
   return claims;
 }
 
+json BoundJson(const std::vector<BoundDevice>& bound) {
+  json out = json::array();
+  for (const BoundDevice& d : bound) {
+    out.push_back({{"uuid", d.uuid},
+                   {"gpu_uuid", d.gpu_uuid},
+                   {"gpu_index", d.gpu_index},
+                   {"gi", d.gi},
+                   {"ci", d.ci},
+                   {"vram_mib", d.vram_mib},
+                   {"share_milli", d.share_milli}});
+  }
+  return out;
+}
+
+std::vector<BoundDevice> BoundFromJson(const json& j) {
+  std::vector<BoundDevice> bound;
+  if (!j.is_array()) return bound;
+  for (const json& d : j) {
+    BoundDevice device;
+    device.uuid = d.value("uuid", "");
+    device.gpu_uuid = d.value("gpu_uuid", "");
+    device.gpu_index = d.value("gpu_index", -1);
+    device.gi = d.value("gi", -1);
+    device.ci = d.value("ci", -1);
+    device.vram_mib = d.value("vram_mib", std::int64_t{0});
+    device.share_milli = d.value("share_milli", 0);
+    bound.push_back(device);
+  }
+  return bound;
+}
+
 // The default classes: small/medium/large as 1-, 2- and 4-slice MIG instances on every MIG model
 // that has them, full as a whole GPU.
 std::vector<ClassSpec> DefaultClasses() {
@@ -193,8 +225,46 @@ std::string HashToken(const std::string& token) {
   return hex;
 }
 
-Service::Service(std::unique_ptr<store::Database> db, place::Engine engine, ServiceOptions options)
-    : db_(std::move(db)), engine_(std::move(engine)), options_(std::move(options)) {}
+std::map<std::string, std::string> LeaseEnvironment(const Lease& lease) {
+  std::map<std::string, std::string> env;
+  if (lease.bound.empty()) return env;
+  std::vector<std::string> uuids;
+  for (const BoundDevice& d : lease.bound) uuids.push_back(d.uuid);
+  const std::string visible = absl::StrJoin(uuids, ",");
+  env["CUDA_VISIBLE_DEVICES"] = visible;
+  env["NVIDIA_VISIBLE_DEVICES"] = visible;
+  env["GPUSLICE_LEASE"] = absl::StrCat(lease.id);
+  const BoundDevice& first = lease.bound.front();
+  if (first.gi < 0 && (first.share_milli > 0 || first.vram_mib > 0)) {
+    if (first.vram_mib > 0) env["GPUSLICE_VRAM_LIMIT_MIB"] = absl::StrCat(first.vram_mib);
+    if (first.share_milli > 0) {
+      env["GPUSLICE_COMPUTE_SHARE_MILLI"] = absl::StrCat(first.share_milli);
+    }
+  }
+  return env;
+}
+
+std::vector<std::string> DockerArgs(const Lease& lease) {
+  const std::map<std::string, std::string> env = LeaseEnvironment(lease);
+  if (env.empty()) return {};
+  std::vector<std::string> args = {
+      "--gpus", absl::StrCat("\"device=", env.at("NVIDIA_VISIBLE_DEVICES"), "\"")};
+  for (const auto& [name, value] : env) {
+    if (name == "CUDA_VISIBLE_DEVICES")
+      continue;  // inside the container the devices are renumbered
+    args.push_back("-e");
+    args.push_back(absl::StrCat(name, "=", value));
+  }
+  return args;
+}
+
+Service::Service(std::unique_ptr<store::Database> db, place::Cluster inventory,
+                 place::Engine engine, ServiceOptions options)
+    : pending_(std::make_shared<Batch>()),
+      db_(std::move(db)),
+      inventory_(std::move(inventory)),
+      engine_(std::move(engine)),
+      options_(std::move(options)) {}
 Service::~Service() = default;
 
 absl::StatusOr<std::unique_ptr<Service>> Service::Open(std::unique_ptr<store::Database> db,
@@ -209,11 +279,108 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Open(std::unique_ptr<store::Da
   absl::StatusOr<std::unique_ptr<place::Policy>> policy =
       place::MakePolicy(options.policy, place::PolicyOptions{});
   if (!policy.ok()) return policy.status();
-  place::Engine engine(std::move(inventory), *std::move(policy));
+  place::Engine engine(inventory, *std::move(policy));
   std::unique_ptr<Service> service(
-      new Service(std::move(db), std::move(engine), std::move(options)));
-  if (absl::Status status = service->Load(); !status.ok()) return status;
+      new Service(std::move(db), std::move(inventory), std::move(engine), std::move(options)));
+  {
+    std::lock_guard<std::mutex> state(service->mutex_);
+    std::lock_guard<std::mutex> connection(service->db_mutex_);
+    if (absl::Status status = service->Load(); !status.ok()) return status;
+  }
+  if (absl::Status status = service->Sync(); !status.ok()) return status;
   return service;
+}
+
+void Service::Stage(std::string sql, std::vector<Value> params) {
+  pending_->statements.push_back(Batch::Statement{std::move(sql), std::move(params)});
+}
+
+template <typename Change>
+auto Service::Changing(Change&& change) -> decltype(change()) {
+  std::unique_lock<std::mutex> state(mutex_);
+  auto result = change();
+  if (!result.ok()) return result;
+  std::shared_ptr<Batch> batch = pending_;
+  state.unlock();
+  if (absl::Status status = Await(batch); !status.ok()) return status;
+  return result;
+}
+
+absl::Status Service::Sync() {
+  std::shared_ptr<Batch> batch;
+  {
+    std::lock_guard<std::mutex> state(mutex_);
+    batch = pending_;
+  }
+  return Await(batch);
+}
+
+absl::Status Service::Await(const std::shared_ptr<Batch>& batch) {
+  std::unique_lock<std::mutex> commit(commit_mutex_);
+  while (!batch->done) {
+    if (committing_) {
+      committed_.wait(commit);
+      continue;
+    }
+    committing_ = true;
+    commit.unlock();
+    // Take everything staged so far; calls that stage from now on go into the next batch.
+    std::shared_ptr<Batch> taken;
+    {
+      std::lock_guard<std::mutex> state(mutex_);
+      taken = std::exchange(pending_, std::make_shared<Batch>());
+    }
+    absl::Status status;
+    if (!taken->statements.empty()) {
+      std::lock_guard<std::mutex> connection(db_mutex_);
+      store::Transaction txn(*db_);
+      status = txn.status();
+      for (const Batch::Statement& statement : taken->statements) {
+        if (!status.ok()) break;
+        status = db_->Exec(statement.sql, statement.params);
+      }
+      if (status.ok()) status = txn.Commit();
+    }
+    std::shared_ptr<Batch> discarded;
+    if (!status.ok()) {
+      // Memory holds the failed batch's changes and the staged ones decided on top of them: drop
+      // both and read the store again.
+      std::lock_guard<std::mutex> state(mutex_);
+      discarded = std::exchange(pending_, std::make_shared<Batch>());
+      if (absl::Status reloaded = Reload(); !reloaded.ok()) {
+        status = absl::InternalError(
+            absl::StrCat(status.message(), "; reloading the state failed too: ", reloaded.message(),
+                         " (restart the service)"));
+      }
+    }
+    commit.lock();
+    taken->status = status;
+    taken->done = true;
+    if (discarded != nullptr) {
+      discarded->status = absl::AbortedError(absl::StrCat(
+          "not saved: an earlier change failed to commit (", status.message(), "); retry"));
+      discarded->done = true;
+    }
+    committing_ = false;
+    committed_.notify_all();
+  }
+  return batch->status;
+}
+
+absl::Status Service::Reload() {
+  std::lock_guard<std::mutex> connection(db_mutex_);
+  absl::StatusOr<std::unique_ptr<place::Policy>> policy =
+      place::MakePolicy(options_.policy, place::PolicyOptions{});
+  if (!policy.ok()) return policy.status();
+  engine_ = place::Engine(inventory_, *std::move(policy));
+  tenants_.clear();
+  classes_.clear();
+  users_by_token_hash_.clear();
+  user_names_.clear();
+  active_.clear();
+  queue_.clear();
+  options_.seed_default_classes = false;
+  return Load();
 }
 
 absl::Status Service::Load() {
@@ -224,6 +391,17 @@ absl::Status Service::Load() {
     absl::StatusOr<store::Result> r = db_->Query(absl::StrCat("SELECT MAX(id) FROM ", table));
     if (!r.ok()) return r.status();
     *next = store::AsInt(r->rows[0][0]) + 1;
+  }
+  absl::StatusOr<store::Result> users =
+      db_->Query("SELECT name, tenant, role, token_hash FROM users");
+  if (!users.ok()) return users.status();
+  for (const store::Row& row : users->rows) {
+    Caller caller;
+    caller.user = store::AsText(row[0]);
+    caller.tenant = store::AsText(row[1]);
+    caller.role = store::AsText(row[2]) == "admin" ? Role::kAdmin : Role::kTenant;
+    user_names_.insert(caller.user);
+    users_by_token_hash_[store::AsText(row[3])] = caller;
   }
   absl::StatusOr<store::Result> tenants =
       db_->Query("SELECT name, may_take_full, priority, max_gib FROM tenants");
@@ -249,17 +427,10 @@ absl::Status Service::Load() {
     classes_[name] = ClassFromJson(name, json::parse(store::AsText(row[1]), nullptr, false));
   }
   if (classes_.empty() && options_.seed_default_classes) {
-    store::Transaction txn(*db_);
-    if (!txn.status().ok()) return txn.status();
     for (const ClassSpec& spec : DefaultClasses()) {
-      const Value params[] = {spec.name, ClassJson(spec).dump()};
-      if (absl::Status s = db_->Exec("INSERT INTO classes (name, spec) VALUES (?, ?)", params);
-          !s.ok()) {
-        return s;
-      }
+      Stage("INSERT INTO classes (name, spec) VALUES (?, ?)", {spec.name, ClassJson(spec).dump()});
       classes_[spec.name] = spec;
     }
-    if (absl::Status s = txn.Commit(); !s.ok()) return s;
   }
   // Active leases go back onto the inventory.
   std::map<std::string, int> node_index;
@@ -268,7 +439,7 @@ absl::Status Service::Load() {
   }
   absl::StatusOr<store::Result> leases = db_->Query(
       "SELECT id, tenant, user_name, class, purpose, request, node, claims, memory_gib, "
-      "granted_at, expires_at FROM leases WHERE state = 'active' ORDER BY id");
+      "granted_at, expires_at, bound, from_queue FROM leases WHERE state = 'active' ORDER BY id");
   if (!leases.ok()) return leases.status();
   for (const store::Row& row : leases->rows) {
     Lease lease;
@@ -284,6 +455,8 @@ absl::Status Service::Load() {
     lease.memory_gib = store::AsDouble(row[8]);
     lease.granted_at = store::AsInt(row[9]);
     lease.expires_at = store::AsInt(row[10]);
+    lease.bound = BoundFromJson(json::parse(store::AsText(row[11]), nullptr, false));
+    lease.from_queue = store::AsInt(row[12]);
     lease.state = "active";
     const ClassSpec* spec = nullptr;
     std::string class_name;
@@ -301,29 +474,32 @@ absl::Status Service::Load() {
         allocation.request = *placement;
         absl::StatusOr<place::Allocation> taken = engine_.Adopt(allocation);
         adopted = taken.status();
-        if (taken.ok()) {
-          const place::Allocation& a = *taken;
-          Lease copy = MakeLease(a, lease.tenant, lease.user, lease.class_name, lease.purpose, 0);
-          lease.devices = copy.devices;
-          active_[lease.id] = Active{lease, a};
+        if (taken.ok() && options_.binder != nullptr) {
+          // The devices as they are now (the instances may have been re-created).
+          absl::StatusOr<std::vector<BoundDevice>> bound =
+              options_.binder->Bind(engine_.cluster(), taken->node, taken->gpus, true);
+          if (!bound.ok()) {
+            (void)engine_.Release(*taken);
+            adopted = absl::Status(
+                bound.status().code(),
+                absl::StrCat("its slice could not be set up again: ", bound.status().message()));
+          } else if (*bound != lease.bound) {
+            lease.bound = *std::move(bound);
+            Stage("UPDATE leases SET bound = ? WHERE id = ?",
+                  {BoundJson(lease.bound).dump(), lease.id});
+          }
+        }
+        if (adopted.ok()) {
+          lease.devices = DeviceLines(taken->node, taken->gpus);
+          active_[lease.id] = Active{lease, *taken};
         }
       }
     }
     if (!adopted.ok()) {
       const Caller system{"gpuslice", "", Role::kAdmin};
-      store::Transaction txn(*db_);
-      const Value params[] = {Now(), lease.id};
-      if (absl::Status s =
-              db_->Exec("UPDATE leases SET state = 'lost', ended_at = ? WHERE id = ?", params);
-          !s.ok()) {
-        return s;
-      }
-      if (absl::Status s = Audited(system, lease.tenant, "lose", absl::StrCat("lease ", lease.id),
-                                   lease.purpose, json{{"why", adopted.message()}}.dump());
-          !s.ok()) {
-        return s;
-      }
-      if (absl::Status s = txn.Commit(); !s.ok()) return s;
+      Stage("UPDATE leases SET state = 'lost', ended_at = ? WHERE id = ?", {Now(), lease.id});
+      Audited(system, lease.tenant, "lose", absl::StrCat("lease ", lease.id), lease.purpose,
+              json{{"why", adopted.message()}}.dump());
     }
   }
   absl::StatusOr<store::Result> queue = db_->Query(
@@ -353,25 +529,21 @@ absl::Status Service::Load() {
   return GrantQueued().status();
 }
 
-absl::Status Service::Audited(const Caller& caller, const std::string& tenant,
-                              const std::string& action, const std::string& subject,
-                              const std::string& purpose, const std::string& detail) {
-  const Value params[] = {next_audit_, Now(),   caller.user, tenant,
-                          action,      subject, purpose,     detail};
-  absl::Status status = db_->Exec(
+void Service::Audited(const Caller& caller, const std::string& tenant, const std::string& action,
+                      const std::string& subject, const std::string& purpose,
+                      const std::string& detail) {
+  Stage(
       "INSERT INTO audit (id, at, actor, tenant, action, subject, purpose, detail) VALUES (?, ?, "
       "?, ?, ?, ?, ?, ?)",
-      params);
-  if (status.ok()) ++next_audit_;
-  return status;
+      {next_audit_, Now(), caller.user, tenant, action, subject, purpose, detail});
+  ++next_audit_;
 }
 
 // ---- users and tokens
 
 absl::StatusOr<std::string> Service::CreateUser(const Caller& caller, const std::string& name,
                                                 const std::string& tenant, Role role) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return CreateUserLocked(caller, name, tenant, role);
+  return Changing([&] { return CreateUserLocked(caller, name, tenant, role); });
 }
 
 absl::StatusOr<std::string> Service::CreateUserLocked(const Caller& caller, const std::string& name,
@@ -386,152 +558,124 @@ absl::StatusOr<std::string> Service::CreateUserLocked(const Caller& caller, cons
   if (role == Role::kAdmin && !tenant.empty()) {
     return absl::InvalidArgumentError("an admin belongs to no tenant");
   }
+  if (user_names_.contains(name)) {
+    return absl::AlreadyExistsError(absl::StrCat("user '", name, "' exists"));
+  }
   std::random_device random;
   std::string token = "gs_";
   for (int i = 0; i < 8; ++i) absl::StrAppendFormat(&token, "%08x", random());
-  store::Transaction txn(*db_);
-  if (!txn.status().ok()) return txn.status();
-  const Value params[] = {name, tenant.empty() ? Value{} : Value{tenant}, RoleName(role),
-                          HashToken(token), Now()};
-  if (absl::Status s = db_->Exec(
-          "INSERT INTO users (name, tenant, role, token_hash, created_at) VALUES (?, ?, ?, ?, ?)",
-          params);
-      !s.ok()) {
-    if (absl::IsAlreadyExists(s)) {
-      return absl::AlreadyExistsError(absl::StrCat("user '", name, "' exists"));
-    }
-    return s;
-  }
-  if (absl::Status s =
-          Audited(caller, tenant, "user.create", name, "", json{{"role", RoleName(role)}}.dump());
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = txn.Commit(); !s.ok()) return s;
+  const std::string hash = HashToken(token);
+  Stage("INSERT INTO users (name, tenant, role, token_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+        {name, tenant.empty() ? Value{} : Value{tenant}, RoleName(role), hash, Now()});
+  Audited(caller, tenant, "user.create", name, "", json{{"role", RoleName(role)}}.dump());
+  user_names_.insert(name);
+  users_by_token_hash_[hash] = Caller{name, tenant, role};
   return token;
 }
 
 absl::StatusOr<std::optional<std::string>> Service::BootstrapAdmin(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  absl::StatusOr<store::Result> admins =
-      db_->Query("SELECT COUNT(*) FROM users WHERE role = 'admin'");
-  if (!admins.ok()) return admins.status();
-  if (store::AsInt(admins->rows[0][0]) > 0) return std::optional<std::string>();
-  const Caller system{"gpuslice", "", Role::kAdmin};
-  absl::StatusOr<std::string> token = CreateUserLocked(system, name, "", Role::kAdmin);
-  if (!token.ok()) return token.status();
-  return std::optional<std::string>(*token);
+  return Changing([&]() -> absl::StatusOr<std::optional<std::string>> {
+    for (const auto& [hash, user] : users_by_token_hash_) {
+      if (user.role == Role::kAdmin) return std::optional<std::string>();
+    }
+    const Caller system{"gpuslice", "", Role::kAdmin};
+    absl::StatusOr<std::string> token = CreateUserLocked(system, name, "", Role::kAdmin);
+    if (!token.ok()) return token.status();
+    return std::optional<std::string>(*token);
+  });
 }
 
 absl::StatusOr<Caller> Service::Authenticate(const std::string& token) {
+  const std::string hash = HashToken(token);
   std::lock_guard<std::mutex> lock(mutex_);
-  const Value params[] = {HashToken(token)};
-  absl::StatusOr<store::Result> rows =
-      db_->Query("SELECT name, tenant, role FROM users WHERE token_hash = ?", params);
-  if (!rows.ok()) return rows.status();
-  if (rows->rows.empty()) return absl::UnauthenticatedError("unknown API token");
-  Caller caller;
-  caller.user = store::AsText(rows->rows[0][0]);
-  caller.tenant = store::AsText(rows->rows[0][1]);
-  caller.role = store::AsText(rows->rows[0][2]) == "admin" ? Role::kAdmin : Role::kTenant;
-  return caller;
+  auto it = users_by_token_hash_.find(hash);
+  if (it == users_by_token_hash_.end()) return absl::UnauthenticatedError("unknown API token");
+  return it->second;
 }
 
 // ---- tenants and classes
 
 absl::Status Service::PutTenant(const Caller& caller, const TenantSpec& tenant) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
-  if (!ValidName(tenant.name)) {
-    return absl::InvalidArgumentError("tenant name: 1-64 letters, digits, '-', '_' or '.'");
-  }
-  if (!std::isfinite(tenant.max_gib) || tenant.max_gib < 0 || tenant.max_gib > 1e7) {
-    return absl::InvalidArgumentError("max_gib: must be within 0..10000000");
-  }
-  if (tenant.priority < -1000 || tenant.priority > 1000) {
-    return absl::InvalidArgumentError("priority: must be within -1000..1000");
-  }
-  for (const auto& [class_name, max] : tenant.max_slices) {
-    if (!classes_.contains(class_name)) {
-      return absl::InvalidArgumentError(absl::StrCat("max_slices: no class '", class_name, "'"));
+  return Changing([&]() -> absl::Status {
+    if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
+    if (!ValidName(tenant.name)) {
+      return absl::InvalidArgumentError("tenant name: 1-64 letters, digits, '-', '_' or '.'");
     }
-    if (max < 0 || max > 100000) {
-      return absl::InvalidArgumentError("max_slices: must be within 0..100000");
+    if (!std::isfinite(tenant.max_gib) || tenant.max_gib < 0 || tenant.max_gib > 1e7) {
+      return absl::InvalidArgumentError("max_gib: must be within 0..10000000");
     }
-  }
-  store::Transaction txn(*db_);
-  if (!txn.status().ok()) return txn.status();
-  const bool exists = tenants_.contains(tenant.name);
-  {
-    const Value params[] = {std::int64_t{tenant.may_take_full ? 1 : 0},
-                            std::int64_t{tenant.priority}, tenant.max_gib, tenant.name};
-    const Value insert[] = {tenant.name, std::int64_t{tenant.may_take_full ? 1 : 0},
-                            std::int64_t{tenant.priority}, tenant.max_gib, Now()};
-    absl::Status s =
-        exists ? db_->Exec(
-                     "UPDATE tenants SET may_take_full = ?, priority = ?, max_gib = ? WHERE "
-                     "name = ?",
-                     params)
-               : db_->Exec(
-                     "INSERT INTO tenants (name, may_take_full, priority, max_gib, "
-                     "created_at) VALUES (?, ?, ?, ?, ?)",
-                     insert);
-    if (!s.ok()) return s;
-  }
-  const Value name[] = {tenant.name};
-  if (absl::Status s = db_->Exec("DELETE FROM quotas WHERE tenant = ?", name); !s.ok()) return s;
-  json quota = json::object();
-  for (const auto& [class_name, max] : tenant.max_slices) {
-    const Value params[] = {tenant.name, class_name, std::int64_t{max}};
-    if (absl::Status s =
-            db_->Exec("INSERT INTO quotas (tenant, class, max_slices) VALUES (?, ?, ?)", params);
-        !s.ok()) {
-      return s;
+    if (tenant.priority < -1000 || tenant.priority > 1000) {
+      return absl::InvalidArgumentError("priority: must be within -1000..1000");
     }
-    quota[class_name] = max;
-  }
-  if (absl::Status s = Audited(caller, tenant.name, "tenant.put", tenant.name, "",
-                               json{{"may_take_full", tenant.may_take_full},
-                                    {"priority", tenant.priority},
-                                    {"max_gib", tenant.max_gib},
-                                    {"max_slices", quota}}
-                                   .dump());
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = txn.Commit(); !s.ok()) return s;
-  tenants_[tenant.name] = tenant;
-  return absl::OkStatus();
+    for (const auto& [class_name, max] : tenant.max_slices) {
+      if (!classes_.contains(class_name)) {
+        return absl::InvalidArgumentError(absl::StrCat("max_slices: no class '", class_name, "'"));
+      }
+      if (max < 0 || max > 100000) {
+        return absl::InvalidArgumentError("max_slices: must be within 0..100000");
+      }
+    }
+    const std::int64_t may_take_full = tenant.may_take_full ? 1 : 0;
+    if (tenants_.contains(tenant.name)) {
+      Stage("UPDATE tenants SET may_take_full = ?, priority = ?, max_gib = ? WHERE name = ?",
+            {may_take_full, std::int64_t{tenant.priority}, tenant.max_gib, tenant.name});
+    } else {
+      Stage(
+          "INSERT INTO tenants (name, may_take_full, priority, max_gib, created_at) VALUES (?, ?, "
+          "?, ?, ?)",
+          {tenant.name, may_take_full, std::int64_t{tenant.priority}, tenant.max_gib, Now()});
+    }
+    Stage("DELETE FROM quotas WHERE tenant = ?", {tenant.name});
+    json quota = json::object();
+    for (const auto& [class_name, max] : tenant.max_slices) {
+      Stage("INSERT INTO quotas (tenant, class, max_slices) VALUES (?, ?, ?)",
+            {tenant.name, class_name, std::int64_t{max}});
+      quota[class_name] = max;
+    }
+    Audited(caller, tenant.name, "tenant.put", tenant.name, "",
+            json{{"may_take_full", tenant.may_take_full},
+                 {"priority", tenant.priority},
+                 {"max_gib", tenant.max_gib},
+                 {"max_slices", quota}}
+                .dump());
+    tenants_[tenant.name] = tenant;
+    return absl::OkStatus();
+  });
 }
 
 absl::Status Service::DeleteTenant(const Caller& caller, const std::string& name) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
-  if (!tenants_.contains(name)) {
-    return absl::NotFoundError(absl::StrCat("tenant '", name, "' does not exist"));
-  }
-  for (const auto& [id, active] : active_) {
-    if (active.lease.tenant == name) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("tenant '", name, "' holds lease ", id, "; release its leases first"));
+  return Changing([&]() -> absl::Status {
+    if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
+    if (!tenants_.contains(name)) {
+      return absl::NotFoundError(absl::StrCat("tenant '", name, "' does not exist"));
     }
-  }
-  store::Transaction txn(*db_);
-  if (!txn.status().ok()) return txn.status();
-  const Value params[] = {name};
-  for (const char* sql :
-       {"UPDATE queue SET state = 'cancelled' WHERE tenant = ? AND state = "
-        "'queued'",
-        "DELETE FROM users WHERE tenant = ?", "DELETE FROM quotas WHERE tenant = ?",
-        "DELETE FROM tenants WHERE name = ?"}) {
-    if (absl::Status s = db_->Exec(sql, params); !s.ok()) return s;
-  }
-  if (absl::Status s = Audited(caller, name, "tenant.delete", name, "", "{}"); !s.ok()) return s;
-  if (absl::Status s = txn.Commit(); !s.ok()) return s;
-  tenants_.erase(name);
-  std::erase_if(queue_, [&](const Queued& q) { return q.entry.tenant == name; });
-  Renumber();
-  return absl::OkStatus();
+    for (const auto& [id, active] : active_) {
+      if (active.lease.tenant == name) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("tenant '", name, "' holds lease ", id, "; release its leases first"));
+      }
+    }
+    for (const char* sql :
+         {"UPDATE queue SET state = 'cancelled' WHERE tenant = ? AND state = "
+          "'queued'",
+          "DELETE FROM users WHERE tenant = ?", "DELETE FROM quotas WHERE tenant = ?",
+          "DELETE FROM tenants WHERE name = ?"}) {
+      Stage(sql, {name});
+    }
+    Audited(caller, name, "tenant.delete", name, "", "{}");
+    tenants_.erase(name);
+    for (auto it = users_by_token_hash_.begin(); it != users_by_token_hash_.end();) {
+      if (it->second.role == Role::kTenant && it->second.tenant == name) {
+        user_names_.erase(it->second.user);
+        it = users_by_token_hash_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    std::erase_if(queue_, [&](const Queued& q) { return q.entry.tenant == name; });
+    Renumber();
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<std::vector<TenantSpec>> Service::Tenants(const Caller& caller) {
@@ -544,55 +688,47 @@ absl::StatusOr<std::vector<TenantSpec>> Service::Tenants(const Caller& caller) {
 }
 
 absl::Status Service::PutClass(const Caller& caller, const ClassSpec& spec) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
-  if (absl::Status s = ValidateClass(spec); !s.ok()) return s;
-  store::Transaction txn(*db_);
-  if (!txn.status().ok()) return txn.status();
-  const Value name[] = {spec.name};
-  if (absl::Status s = db_->Exec("DELETE FROM classes WHERE name = ?", name); !s.ok()) return s;
-  const Value params[] = {spec.name, ClassJson(spec).dump()};
-  if (absl::Status s = db_->Exec("INSERT INTO classes (name, spec) VALUES (?, ?)", params);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = Audited(caller, "", "class.put", spec.name, "", ClassJson(spec).dump());
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = txn.Commit(); !s.ok()) return s;
-  classes_[spec.name] = spec;
-  return absl::OkStatus();
+  return Changing([&]() -> absl::Status {
+    if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
+    if (absl::Status s = ValidateClass(spec); !s.ok()) return s;
+    Stage("DELETE FROM classes WHERE name = ?", {spec.name});
+    Stage("INSERT INTO classes (name, spec) VALUES (?, ?)", {spec.name, ClassJson(spec).dump()});
+    Audited(caller, "", "class.put", spec.name, "", ClassJson(spec).dump());
+    classes_[spec.name] = spec;
+    return absl::OkStatus();
+  });
 }
 
 absl::Status Service::DeleteClass(const Caller& caller, const std::string& name) {
+  return Changing([&]() -> absl::Status {
+    if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
+    if (!classes_.contains(name)) {
+      return absl::NotFoundError(absl::StrCat("class '", name, "' does not exist"));
+    }
+    for (const auto& [id, active] : active_) {
+      if (active.lease.class_name == name) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("class '", name, "' is held by lease ", id));
+      }
+    }
+    for (const Queued& q : queue_) {
+      if (q.entry.class_name == name) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("class '", name, "' has queued request ", q.entry.id));
+      }
+    }
+    Stage("DELETE FROM classes WHERE name = ?", {name});
+    Stage("DELETE FROM quotas WHERE class = ?", {name});
+    Audited(caller, "", "class.delete", name, "", "{}");
+    classes_.erase(name);
+    for (auto& [tenant_name, tenant] : tenants_) tenant.max_slices.erase(name);
+    return absl::OkStatus();
+  });
+}
+
+place::Cluster Service::Occupancy() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
-  if (!classes_.contains(name)) {
-    return absl::NotFoundError(absl::StrCat("class '", name, "' does not exist"));
-  }
-  for (const auto& [id, active] : active_) {
-    if (active.lease.class_name == name) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("class '", name, "' is held by lease ", id));
-    }
-  }
-  for (const Queued& q : queue_) {
-    if (q.entry.class_name == name) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("class '", name, "' has queued request ", q.entry.id));
-    }
-  }
-  store::Transaction txn(*db_);
-  if (!txn.status().ok()) return txn.status();
-  const Value params[] = {name};
-  if (absl::Status s = db_->Exec("DELETE FROM classes WHERE name = ?", params); !s.ok()) return s;
-  if (absl::Status s = db_->Exec("DELETE FROM quotas WHERE class = ?", params); !s.ok()) return s;
-  if (absl::Status s = Audited(caller, "", "class.delete", name, "", "{}"); !s.ok()) return s;
-  if (absl::Status s = txn.Commit(); !s.ok()) return s;
-  classes_.erase(name);
-  for (auto& [tenant_name, tenant] : tenants_) tenant.max_slices.erase(name);
-  return absl::OkStatus();
+  return engine_.cluster();
 }
 
 std::vector<ClassSpec> Service::Classes() {
@@ -694,29 +830,36 @@ std::string Service::QuotaProblem(const TenantSpec& tenant, const std::string& c
   return "";
 }
 
+std::vector<std::string> Service::DeviceLines(int node,
+                                              const std::vector<place::GpuClaim>& claims) const {
+  const place::Cluster& cluster = engine_.cluster();
+  std::vector<std::string> lines;
+  for (const place::GpuClaim& claim : claims) {
+    const geometry::Shape* shape = cluster.shape(node);
+    if (claim.mig_profile >= 0 && shape != nullptr && claim.mig_profile < shape->profile_count()) {
+      lines.push_back(absl::StrCat("GPU ", claim.gpu, " MIG ",
+                                   shape->profile(claim.mig_profile).name, "@", claim.mig_start));
+    } else if (claim.whole) {
+      lines.push_back(absl::StrCat("GPU ", claim.gpu));
+    } else {
+      lines.push_back(
+          absl::StrCat("GPU ", claim.gpu, " share ", claim.milli, "m ", claim.vram_mib, " MiB"));
+    }
+  }
+  return lines;
+}
+
 Lease Service::MakeLease(const place::Allocation& allocation, const std::string& tenant,
                          const std::string& user, const std::string& class_name,
                          const std::string& purpose, std::int64_t ttl_s) {
-  const place::Cluster& cluster = engine_.cluster();
   Lease lease;
   lease.tenant = tenant;
   lease.user = user;
   lease.class_name = class_name;
   lease.purpose = purpose;
-  lease.node = cluster.spec(allocation.node).name;
+  lease.node = engine_.cluster().spec(allocation.node).name;
   lease.claims = allocation.gpus;
-  for (const place::GpuClaim& claim : allocation.gpus) {
-    if (claim.mig_profile >= 0) {
-      lease.devices.push_back(absl::StrCat(
-          "GPU ", claim.gpu, " MIG ",
-          cluster.shape(allocation.node)->profile(claim.mig_profile).name, "@", claim.mig_start));
-    } else if (claim.whole) {
-      lease.devices.push_back(absl::StrCat("GPU ", claim.gpu));
-    } else {
-      lease.devices.push_back(
-          absl::StrCat("GPU ", claim.gpu, " share ", claim.milli, "m ", claim.vram_mib, " MiB"));
-    }
-  }
+  lease.devices = DeviceLines(allocation.node, allocation.gpus);
   lease.memory_gib = GibOf(allocation);
   lease.granted_at = Now();
   lease.expires_at = lease.granted_at + ttl_s;
@@ -724,167 +867,140 @@ Lease Service::MakeLease(const place::Allocation& allocation, const std::string&
   return lease;
 }
 
-absl::Status Service::InsertLease(const Lease& lease, const AcquireRequest& request) {
-  const Value params[] = {lease.id,         lease.tenant,
-                          lease.user,       lease.class_name,
-                          lease.purpose,    RequestJson(request).dump(),
-                          lease.node,       ClaimsJson(lease.claims).dump(),
-                          lease.memory_gib, lease.granted_at,
-                          lease.expires_at};
-  return db_->Exec(
+void Service::InsertLease(const Lease& lease, const AcquireRequest& request) {
+  Stage(
       "INSERT INTO leases (id, tenant, user_name, class, purpose, request, node, claims, "
-      "memory_gib, granted_at, expires_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-      "'active')",
-      params);
+      "memory_gib, granted_at, expires_at, state, bound, from_queue) VALUES (?, ?, ?, ?, ?, ?, "
+      "?, ?, ?, ?, ?, 'active', ?, ?)",
+      {lease.id, lease.tenant, lease.user, lease.class_name, lease.purpose,
+       RequestJson(request).dump(), lease.node, ClaimsJson(lease.claims).dump(), lease.memory_gib,
+       lease.granted_at, lease.expires_at, BoundJson(lease.bound).dump(), lease.from_queue});
 }
 
 absl::StatusOr<AcquireResult> Service::Acquire(const Caller& caller,
                                                const AcquireRequest& request) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (caller.role != Role::kTenant) {
-    return absl::PermissionDeniedError("admins hold no leases; acquire as a tenant's user");
-  }
-  auto tenant_it = tenants_.find(caller.tenant);
-  if (tenant_it == tenants_.end()) {
-    return absl::NotFoundError(absl::StrCat("tenant '", caller.tenant, "' does not exist"));
-  }
-  const TenantSpec& tenant = tenant_it->second;
-  if (request.purpose.empty()) return absl::InvalidArgumentError("purpose: required");
-  if (request.purpose.size() > kMaxText) {
-    return absl::InvalidArgumentError("purpose: at most 1024 characters");
-  }
-  if (request.ttl_s < 0 || request.ttl_s > kMaxTtlS) {
-    return absl::InvalidArgumentError("ttl_s: must be within 0..2592000 (30 days)");
-  }
-  const ClassSpec* spec = nullptr;
-  std::string class_name;
-  absl::StatusOr<place::Request> placement = RequestFor(request, &spec, &class_name);
-  if (!placement.ok()) return placement.status();
-  const std::int64_t max_ttl = spec != nullptr ? spec->max_lease_s : 8 * 3600;
-  const std::int64_t ttl = request.ttl_s == 0 ? max_ttl : request.ttl_s;
+  return Changing([&]() -> absl::StatusOr<AcquireResult> {
+    if (caller.role != Role::kTenant) {
+      return absl::PermissionDeniedError("admins hold no leases; acquire as a tenant's user");
+    }
+    auto tenant_it = tenants_.find(caller.tenant);
+    if (tenant_it == tenants_.end()) {
+      return absl::NotFoundError(absl::StrCat("tenant '", caller.tenant, "' does not exist"));
+    }
+    const TenantSpec& tenant = tenant_it->second;
+    if (request.purpose.empty()) return absl::InvalidArgumentError("purpose: required");
+    if (request.purpose.size() > kMaxText) {
+      return absl::InvalidArgumentError("purpose: at most 1024 characters");
+    }
+    if (request.ttl_s < 0 || request.ttl_s > kMaxTtlS) {
+      return absl::InvalidArgumentError("ttl_s: must be within 0..2592000 (30 days)");
+    }
+    const ClassSpec* spec = nullptr;
+    std::string class_name;
+    absl::StatusOr<place::Request> placement = RequestFor(request, &spec, &class_name);
+    if (!placement.ok()) return placement.status();
+    const std::int64_t max_ttl = spec != nullptr ? spec->max_lease_s : 8 * 3600;
+    const std::int64_t ttl = request.ttl_s == 0 ? max_ttl : request.ttl_s;
 
-  AcquireResult result;
-  auto refuse = [&](const std::string& reason) -> absl::StatusOr<AcquireResult> {
-    store::Transaction txn(*db_);
-    if (!txn.status().ok()) return txn.status();
-    if (absl::Status s = Audited(caller, tenant.name, "refuse", class_name, request.purpose,
-                                 json{{"reason", reason}}.dump());
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = txn.Commit(); !s.ok()) return s;
-    result.outcome = AcquireResult::Outcome::kRefused;
-    result.reason = reason;
-    return result;
-  };
-  if (ttl > max_ttl) {
-    return refuse(
-        absl::StrCat("ttl_s ", ttl, " is above the class's maximum lease of ", max_ttl, " s"));
-  }
-  if (placement->whole() && !tenant.may_take_full) {
-    return refuse(absl::StrCat("tenant ", tenant.name, " may not take full GPUs"));
-  }
-  if (std::string problem = QuotaProblem(tenant, class_name, 0); !problem.empty()) {
-    return refuse(problem);
-  }
-  // FIFO within a class: the request waits behind queued requests of its class that only lack
-  // capacity (an entry held back by its own tenant's quota is not ahead of anyone).
-  const bool others_waiting = std::any_of(queue_.begin(), queue_.end(), [&](const Queued& q) {
-    if (q.entry.class_name != class_name) return false;
-    auto owner = tenants_.find(q.entry.tenant);
-    return owner != tenants_.end() && QuotaProblem(owner->second, q.entry.class_name, 0).empty();
-  });
-  std::string wait_reason;
-  if (!others_waiting) {
-    absl::StatusOr<place::Allocation> allocation = engine_.Place(*placement);
-    if (allocation.ok()) {
-      const double gib = GibOf(*allocation);
-      if (std::string problem = QuotaProblem(tenant, class_name, gib); !problem.empty()) {
-        (void)engine_.Release(*allocation);
-        return refuse(problem);
-      }
-      Lease lease =
-          MakeLease(*allocation, tenant.name, caller.user, class_name, request.purpose, ttl);
-      lease.id = next_lease_;
-      store::Transaction txn(*db_);
-      absl::Status s = txn.status();
-      if (s.ok()) s = InsertLease(lease, request);
-      if (s.ok()) {
-        s = Audited(caller, tenant.name, "grant", absl::StrCat("lease ", lease.id), request.purpose,
-                    json{{"class", class_name},
-                         {"node", lease.node},
-                         {"devices", lease.devices},
-                         {"gib", lease.memory_gib},
-                         {"expires_at", lease.expires_at}}
-                        .dump());
-      }
-      if (s.ok()) s = txn.Commit();
-      if (!s.ok()) {
-        (void)engine_.Release(*allocation);
-        return s;
-      }
-      ++next_lease_;
-      active_[lease.id] = Active{lease, *allocation};
-      result.outcome = AcquireResult::Outcome::kGranted;
-      result.lease = lease;
+    AcquireResult result;
+    auto refuse = [&](const std::string& reason) {
+      Audited(caller, tenant.name, "refuse", class_name, request.purpose,
+              json{{"reason", reason}}.dump());
+      result.outcome = AcquireResult::Outcome::kRefused;
+      result.reason = reason;
       return result;
-    }
-    if (absl::IsFailedPrecondition(allocation.status())) {
+    };
+    if (ttl > max_ttl) {
       return refuse(
-          absl::StrCat("never satisfiable on this fleet: ", allocation.status().message()));
+          absl::StrCat("ttl_s ", ttl, " is above the class's maximum lease of ", max_ttl, " s"));
     }
-    if (!absl::IsResourceExhausted(allocation.status())) return allocation.status();
-    wait_reason = std::string(allocation.status().message());
-  } else {
-    wait_reason = "requests of this class are queued ahead";
-  }
-  if (!request.wait) return refuse(wait_reason);
-  Queued q;
-  q.entry.id = next_queue_;
-  q.entry.tenant = tenant.name;
-  q.entry.user = caller.user;
-  q.entry.class_name = class_name;
-  q.entry.purpose = request.purpose;
-  q.entry.priority = tenant.priority;
-  q.entry.enqueued_at = Now();
-  q.entry.reason = wait_reason;
-  q.request = request;
-  q.placement = *placement;
-  q.ttl_s = ttl;
-  store::Transaction txn(*db_);
-  if (!txn.status().ok()) return txn.status();
-  const Value params[] = {q.entry.id,
-                          q.entry.tenant,
-                          q.entry.user,
-                          q.entry.class_name,
-                          q.entry.purpose,
-                          RequestJson(request).dump(),
-                          std::int64_t{q.entry.priority},
-                          q.ttl_s,
-                          q.entry.enqueued_at};
-  if (absl::Status s = db_->Exec(
-          "INSERT INTO queue (id, tenant, user_name, class, purpose, request, priority, ttl_s, "
-          "enqueued_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued')",
-          params);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s =
-          Audited(caller, tenant.name, "queue", absl::StrCat("queue ", q.entry.id), request.purpose,
-                  json{{"class", class_name}, {"reason", wait_reason}}.dump());
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = txn.Commit(); !s.ok()) return s;
-  ++next_queue_;
-  queue_.push_back(q);
-  Renumber();
-  for (const Queued& entry : queue_) {
-    if (entry.entry.id == q.entry.id) result.queued = entry.entry;
-  }
-  result.outcome = AcquireResult::Outcome::kQueued;
-  result.reason = wait_reason;
-  return result;
+    if (placement->whole() && !tenant.may_take_full) {
+      return refuse(absl::StrCat("tenant ", tenant.name, " may not take full GPUs"));
+    }
+    if (std::string problem = QuotaProblem(tenant, class_name, 0); !problem.empty()) {
+      return refuse(problem);
+    }
+    // FIFO within a class: the request waits behind queued requests of its class that only lack
+    // capacity (an entry held back by its own tenant's quota is not ahead of anyone).
+    const bool others_waiting = std::any_of(queue_.begin(), queue_.end(), [&](const Queued& q) {
+      if (q.entry.class_name != class_name) return false;
+      auto owner = tenants_.find(q.entry.tenant);
+      return owner != tenants_.end() && QuotaProblem(owner->second, q.entry.class_name, 0).empty();
+    });
+    std::string wait_reason;
+    if (!others_waiting) {
+      absl::StatusOr<place::Allocation> allocation = engine_.Place(*placement);
+      if (allocation.ok()) {
+        const double gib = GibOf(*allocation);
+        if (std::string problem = QuotaProblem(tenant, class_name, gib); !problem.empty()) {
+          (void)engine_.Release(*allocation);
+          return refuse(problem);
+        }
+        Lease lease =
+            MakeLease(*allocation, tenant.name, caller.user, class_name, request.purpose, ttl);
+        if (options_.binder != nullptr) {
+          absl::StatusOr<std::vector<BoundDevice>> bound =
+              options_.binder->Bind(engine_.cluster(), allocation->node, allocation->gpus, false);
+          if (!bound.ok()) {
+            (void)engine_.Release(*allocation);
+            return refuse(absl::StrCat("the slice could not be set up on the GPU: ",
+                                       bound.status().message()));
+          }
+          lease.bound = *std::move(bound);
+        }
+        lease.id = next_lease_++;
+        InsertLease(lease, request);
+        Audited(caller, tenant.name, "grant", absl::StrCat("lease ", lease.id), request.purpose,
+                json{{"class", class_name},
+                     {"node", lease.node},
+                     {"devices", lease.devices},
+                     {"gib", lease.memory_gib},
+                     {"expires_at", lease.expires_at}}
+                    .dump());
+        active_[lease.id] = Active{lease, *allocation};
+        result.outcome = AcquireResult::Outcome::kGranted;
+        result.lease = lease;
+        return result;
+      }
+      if (absl::IsFailedPrecondition(allocation.status())) {
+        return refuse(
+            absl::StrCat("never satisfiable on this fleet: ", allocation.status().message()));
+      }
+      if (!absl::IsResourceExhausted(allocation.status())) return allocation.status();
+      wait_reason = std::string(allocation.status().message());
+    } else {
+      wait_reason = "requests of this class are queued ahead";
+    }
+    if (!request.wait) return refuse(wait_reason);
+    Queued q;
+    q.entry.id = next_queue_++;
+    q.entry.tenant = tenant.name;
+    q.entry.user = caller.user;
+    q.entry.class_name = class_name;
+    q.entry.purpose = request.purpose;
+    q.entry.priority = tenant.priority;
+    q.entry.enqueued_at = Now();
+    q.entry.reason = wait_reason;
+    q.request = request;
+    q.placement = *placement;
+    q.ttl_s = ttl;
+    Stage(
+        "INSERT INTO queue (id, tenant, user_name, class, purpose, request, priority, ttl_s, "
+        "enqueued_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued')",
+        {q.entry.id, q.entry.tenant, q.entry.user, q.entry.class_name, q.entry.purpose,
+         RequestJson(request).dump(), std::int64_t{q.entry.priority}, q.ttl_s,
+         q.entry.enqueued_at});
+    Audited(caller, tenant.name, "queue", absl::StrCat("queue ", q.entry.id), request.purpose,
+            json{{"class", class_name}, {"reason", wait_reason}}.dump());
+    queue_.push_back(q);
+    Renumber();
+    for (const Queued& entry : queue_) {
+      if (entry.entry.id == q.entry.id) result.queued = entry.entry;
+    }
+    result.outcome = AcquireResult::Outcome::kQueued;
+    result.reason = wait_reason;
+    return result;
+  });
 }
 
 void Service::Renumber() {
@@ -899,28 +1015,22 @@ void Service::Renumber() {
 absl::Status Service::EndLease(std::int64_t lease_id, const std::string& state,
                                const Caller& actor) {
   auto it = active_.find(lease_id);
+  if (absl::Status s = engine_.Release(it->second.allocation); !s.ok()) return s;
   const Lease& lease = it->second.lease;
-  store::Transaction txn(*db_);
-  if (!txn.status().ok()) return txn.status();
-  const std::int64_t now = Now();
-  const Value params[] = {state, now, lease_id};
-  if (absl::Status s = db_->Exec("UPDATE leases SET state = ?, ended_at = ? WHERE id = ?", params);
-      !s.ok()) {
-    return s;
+  json detail = {{"class", lease.class_name}, {"node", lease.node}};
+  if (options_.binder != nullptr && !lease.bound.empty()) {
+    if (absl::Status s = options_.binder->Unbind(lease.bound); !s.ok()) {
+      detail["devices_left"] = std::string(s.message());
+    }
   }
+  const std::int64_t now = Now();
+  detail["held_s"] = now - lease.granted_at;
+  Stage("UPDATE leases SET state = ?, ended_at = ? WHERE id = ?", {state, now, lease_id});
   const std::string action = state == "released"  ? "release"
                              : state == "expired" ? "expire"
                                                   : "reclaim";
-  if (absl::Status s = Audited(
-          actor, lease.tenant, action, absl::StrCat("lease ", lease_id), lease.purpose,
-          json{
-              {"class", lease.class_name}, {"node", lease.node}, {"held_s", now - lease.granted_at}}
-              .dump());
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = txn.Commit(); !s.ok()) return s;
-  if (absl::Status s = engine_.Release(it->second.allocation); !s.ok()) return s;
+  Audited(actor, lease.tenant, action, absl::StrCat("lease ", lease_id), lease.purpose,
+          detail.dump());
   active_.erase(it);
   return absl::OkStatus();
 }
@@ -949,30 +1059,31 @@ absl::StatusOr<int> Service::GrantQueued() {
     }
     Lease lease = MakeLease(*allocation, q.entry.tenant, q.entry.user, q.entry.class_name,
                             q.entry.purpose, q.ttl_s);
-    lease.id = next_lease_;
-    store::Transaction txn(*db_);
-    absl::Status s = txn.status();
-    if (s.ok()) s = InsertLease(lease, q.request);
-    if (s.ok()) {
-      const Value params[] = {q.entry.id};
-      s = db_->Exec("UPDATE queue SET state = 'granted' WHERE id = ?", params);
+    lease.from_queue = q.entry.id;
+    if (options_.binder != nullptr) {
+      absl::StatusOr<std::vector<BoundDevice>> bound =
+          options_.binder->Bind(engine_.cluster(), allocation->node, allocation->gpus, false);
+      if (!bound.ok()) {  // it stays queued; the class waits behind it
+        (void)engine_.Release(*allocation);
+        q.entry.reason =
+            absl::StrCat("the slice could not be set up on the GPU: ", bound.status().message());
+        blocked.insert(q.entry.class_name);
+        ++i;
+        continue;
+      }
+      lease.bound = *std::move(bound);
     }
-    if (s.ok()) {
-      const Caller system{"gpuslice", "", Role::kAdmin};
-      s = Audited(system, lease.tenant, "grant", absl::StrCat("lease ", lease.id), lease.purpose,
-                  json{{"class", lease.class_name},
-                       {"node", lease.node},
-                       {"devices", lease.devices},
-                       {"from_queue", q.entry.id},
-                       {"waited_s", lease.granted_at - q.entry.enqueued_at}}
-                      .dump());
-    }
-    if (s.ok()) s = txn.Commit();
-    if (!s.ok()) {
-      (void)engine_.Release(*allocation);
-      return s;
-    }
-    ++next_lease_;
+    lease.id = next_lease_++;
+    InsertLease(lease, q.request);
+    Stage("UPDATE queue SET state = 'granted' WHERE id = ?", {q.entry.id});
+    const Caller system{"gpuslice", "", Role::kAdmin};
+    Audited(system, lease.tenant, "grant", absl::StrCat("lease ", lease.id), lease.purpose,
+            json{{"class", lease.class_name},
+                 {"node", lease.node},
+                 {"devices", lease.devices},
+                 {"from_queue", q.entry.id},
+                 {"waited_s", lease.granted_at - q.entry.enqueued_at}}
+                .dump());
     active_[lease.id] = Active{lease, *allocation};
     queue_.erase(queue_.begin() + static_cast<long>(i));
     ++granted;
@@ -983,104 +1094,88 @@ absl::StatusOr<int> Service::GrantQueued() {
 
 absl::StatusOr<Lease> Service::Renew(const Caller& caller, std::int64_t lease_id,
                                      std::int64_t ttl_s) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = active_.find(lease_id);
-  if (it == active_.end() ||
-      (caller.role != Role::kAdmin && it->second.lease.tenant != caller.tenant)) {
-    return absl::NotFoundError(absl::StrCat("no active lease ", lease_id));
-  }
-  Lease& lease = it->second.lease;
-  if (lease.expires_at <= Now()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("lease ", lease_id, " has expired; acquire a new one"));
-  }
-  auto spec = classes_.find(lease.class_name);
-  const std::int64_t max_ttl = spec != classes_.end() ? spec->second.max_lease_s : 8 * 3600;
-  if (ttl_s < 0 || ttl_s > max_ttl) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ttl_s: must be within 0..", max_ttl, " (the class's maximum lease)"));
-  }
-  const std::int64_t expires = Now() + (ttl_s == 0 ? max_ttl : ttl_s);
-  store::Transaction txn(*db_);
-  if (!txn.status().ok()) return txn.status();
-  const Value params[] = {expires, lease_id};
-  if (absl::Status s = db_->Exec("UPDATE leases SET expires_at = ? WHERE id = ?", params);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = Audited(caller, lease.tenant, "renew", absl::StrCat("lease ", lease_id),
-                               lease.purpose, json{{"expires_at", expires}}.dump());
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = txn.Commit(); !s.ok()) return s;
-  lease.expires_at = expires;
-  return lease;
+  return Changing([&]() -> absl::StatusOr<Lease> {
+    auto it = active_.find(lease_id);
+    if (it == active_.end() ||
+        (caller.role != Role::kAdmin && it->second.lease.tenant != caller.tenant)) {
+      return absl::NotFoundError(absl::StrCat("no active lease ", lease_id));
+    }
+    Lease& lease = it->second.lease;
+    if (lease.expires_at <= Now()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("lease ", lease_id, " has expired; acquire a new one"));
+    }
+    auto spec = classes_.find(lease.class_name);
+    const std::int64_t max_ttl = spec != classes_.end() ? spec->second.max_lease_s : 8 * 3600;
+    if (ttl_s < 0 || ttl_s > max_ttl) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ttl_s: must be within 0..", max_ttl, " (the class's maximum lease)"));
+    }
+    const std::int64_t expires = Now() + (ttl_s == 0 ? max_ttl : ttl_s);
+    Stage("UPDATE leases SET expires_at = ? WHERE id = ?", {expires, lease_id});
+    Audited(caller, lease.tenant, "renew", absl::StrCat("lease ", lease_id), lease.purpose,
+            json{{"expires_at", expires}}.dump());
+    lease.expires_at = expires;
+    return lease;
+  });
 }
 
 absl::Status Service::Release(const Caller& caller, std::int64_t lease_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = active_.find(lease_id);
-  if (it == active_.end() ||
-      (caller.role != Role::kAdmin && it->second.lease.tenant != caller.tenant)) {
-    return absl::NotFoundError(absl::StrCat("no active lease ", lease_id));
-  }
-  if (absl::Status s = EndLease(lease_id, "released", caller); !s.ok()) return s;
-  return GrantQueued().status();
+  return Changing([&]() -> absl::Status {
+    auto it = active_.find(lease_id);
+    if (it == active_.end() ||
+        (caller.role != Role::kAdmin && it->second.lease.tenant != caller.tenant)) {
+      return absl::NotFoundError(absl::StrCat("no active lease ", lease_id));
+    }
+    if (absl::Status s = EndLease(lease_id, "released", caller); !s.ok()) return s;
+    return GrantQueued().status();
+  });
 }
 
 absl::Status Service::CancelQueued(const Caller& caller, std::int64_t queue_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = std::find_if(queue_.begin(), queue_.end(),
-                         [&](const Queued& q) { return q.entry.id == queue_id; });
-  if (it == queue_.end() || (caller.role != Role::kAdmin && it->entry.tenant != caller.tenant)) {
-    return absl::NotFoundError(absl::StrCat("no queued request ", queue_id));
-  }
-  store::Transaction txn(*db_);
-  if (!txn.status().ok()) return txn.status();
-  const Value params[] = {queue_id};
-  if (absl::Status s = db_->Exec("UPDATE queue SET state = 'cancelled' WHERE id = ?", params);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = Audited(caller, it->entry.tenant, "cancel", absl::StrCat("queue ", queue_id),
-                               it->entry.purpose, "{}");
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = txn.Commit(); !s.ok()) return s;
-  queue_.erase(it);
-  Renumber();
-  return GrantQueued().status();
+  return Changing([&]() -> absl::Status {
+    auto it = std::find_if(queue_.begin(), queue_.end(),
+                           [&](const Queued& q) { return q.entry.id == queue_id; });
+    if (it == queue_.end() || (caller.role != Role::kAdmin && it->entry.tenant != caller.tenant)) {
+      return absl::NotFoundError(absl::StrCat("no queued request ", queue_id));
+    }
+    Stage("UPDATE queue SET state = 'cancelled' WHERE id = ?", {queue_id});
+    Audited(caller, it->entry.tenant, "cancel", absl::StrCat("queue ", queue_id), it->entry.purpose,
+            "{}");
+    queue_.erase(it);
+    Renumber();
+    return GrantQueued().status();
+  });
 }
 
 absl::StatusOr<int> Service::Tick(const std::function<std::int64_t(const Lease&)>& idle_seconds) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const Caller system{"gpuslice", "", Role::kAdmin};
-  const std::int64_t now = Now();
-  std::vector<std::pair<std::int64_t, std::string>> ending;
-  for (const auto& [id, active] : active_) {
-    if (active.lease.expires_at <= now) {
-      ending.emplace_back(id, "expired");
-      continue;
+  return Changing([&]() -> absl::StatusOr<int> {
+    const Caller system{"gpuslice", "", Role::kAdmin};
+    const std::int64_t now = Now();
+    std::vector<std::pair<std::int64_t, std::string>> ending;
+    for (const auto& [id, active] : active_) {
+      if (active.lease.expires_at <= now) {
+        ending.emplace_back(id, "expired");
+        continue;
+      }
+      auto spec = classes_.find(active.lease.class_name);
+      if (idle_seconds && spec != classes_.end() && spec->second.idle_timeout_s > 0 &&
+          idle_seconds(active.lease) >= spec->second.idle_timeout_s) {
+        ending.emplace_back(id, "reclaimed");
+      }
     }
-    auto spec = classes_.find(active.lease.class_name);
-    if (idle_seconds && spec != classes_.end() && spec->second.idle_timeout_s > 0 &&
-        idle_seconds(active.lease) >= spec->second.idle_timeout_s) {
-      ending.emplace_back(id, "reclaimed");
+    for (const auto& [id, state] : ending) {
+      if (absl::Status s = EndLease(id, state, system); !s.ok()) return s;
     }
-  }
-  for (const auto& [id, state] : ending) {
-    if (absl::Status s = EndLease(id, state, system); !s.ok()) return s;
-  }
-  if (absl::StatusOr<int> granted = GrantQueued(); !granted.ok()) return granted.status();
-  return static_cast<int>(ending.size());
+    if (absl::StatusOr<int> granted = GrantQueued(); !granted.ok()) return granted.status();
+    return static_cast<int>(ending.size());
+  });
 }
 
 absl::StatusOr<std::vector<Lease>> Service::Leases(const Caller& caller, bool active_only) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<Lease> out;
   if (active_only) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<Lease> out;
     for (const auto& [id, active] : active_) {
       if (caller.role == Role::kAdmin || active.lease.tenant == caller.tenant) {
         out.push_back(active.lease);
@@ -1088,18 +1183,22 @@ absl::StatusOr<std::vector<Lease>> Service::Leases(const Caller& caller, bool ac
     }
     return out;
   }
+  if (absl::Status s = Sync(); !s.ok()) return s;
+  std::lock_guard<std::mutex> state(mutex_);
+  std::lock_guard<std::mutex> connection(db_mutex_);
+  std::map<std::string, int> node_index;
+  for (int n = 0; n < engine_.cluster().node_count(); ++n) {
+    node_index[engine_.cluster().spec(n).name] = n;
+  }
+  const std::string columns =
+      "SELECT id, tenant, user_name, class, purpose, node, memory_gib, granted_at, expires_at, "
+      "ended_at, state, claims, bound, from_queue FROM leases";
   const Value params[] = {caller.tenant};
   absl::StatusOr<store::Result> rows =
-      caller.role == Role::kAdmin
-          ? db_->Query(
-                "SELECT id, tenant, user_name, class, purpose, node, memory_gib, "
-                "granted_at, expires_at, ended_at, state FROM leases ORDER BY id")
-          : db_->Query(
-                "SELECT id, tenant, user_name, class, purpose, node, memory_gib, "
-                "granted_at, expires_at, ended_at, state FROM leases WHERE tenant = ? "
-                "ORDER BY id",
-                params);
+      caller.role == Role::kAdmin ? db_->Query(columns + " ORDER BY id")
+                                  : db_->Query(columns + " WHERE tenant = ? ORDER BY id", params);
   if (!rows.ok()) return rows.status();
+  std::vector<Lease> out;
   for (const store::Row& row : rows->rows) {
     Lease lease;
     lease.id = store::AsInt(row[0]);
@@ -1117,12 +1216,26 @@ absl::StatusOr<std::vector<Lease>> Service::Leases(const Caller& caller, bool ac
     lease.expires_at = store::AsInt(row[8]);
     lease.ended_at = store::AsInt(row[9]);
     lease.state = store::AsText(row[10]);
+    lease.claims = ClaimsFromJson(json::parse(store::AsText(row[11]), nullptr, false));
+    lease.bound = BoundFromJson(json::parse(store::AsText(row[12]), nullptr, false));
+    lease.from_queue = store::AsInt(row[13]);
+    if (auto node = node_index.find(lease.node); node != node_index.end()) {
+      lease.devices = DeviceLines(node->second, lease.claims);
+    }
     out.push_back(lease);
   }
   return out;
 }
 
 absl::StatusOr<Lease> Service::GetLease(const Caller& caller, std::int64_t lease_id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = active_.find(lease_id);
+    if (it != active_.end() &&
+        (caller.role == Role::kAdmin || it->second.lease.tenant == caller.tenant)) {
+      return it->second.lease;
+    }
+  }
   absl::StatusOr<std::vector<Lease>> all = Leases(caller, false);
   if (!all.ok()) return all.status();
   for (const Lease& lease : *all) {
@@ -1142,7 +1255,6 @@ absl::StatusOr<std::vector<QueueEntry>> Service::Queue(const Caller& caller) {
 
 absl::StatusOr<std::vector<AuditEvent>> Service::Audit(const Caller& caller,
                                                        const AuditQuery& query) {
-  std::lock_guard<std::mutex> lock(mutex_);
   std::string tenant = query.tenant;
   if (caller.role != Role::kAdmin) {
     if (!tenant.empty() && tenant != caller.tenant) {
@@ -1153,6 +1265,8 @@ absl::StatusOr<std::vector<AuditEvent>> Service::Audit(const Caller& caller,
   if (query.limit <= 0 || query.limit > 100000) {
     return absl::InvalidArgumentError("limit: must be within 1..100000");
   }
+  if (absl::Status s = Sync(); !s.ok()) return s;
+  std::lock_guard<std::mutex> connection(db_mutex_);
   const Value with_tenant[] = {tenant, query.since, std::int64_t{query.limit}};
   const Value without[] = {query.since, std::int64_t{query.limit}};
   absl::StatusOr<store::Result> rows =

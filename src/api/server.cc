@@ -100,18 +100,35 @@ absl::Status Field(const json& body, const char* name, T* out) {
 }
 
 json LeaseJson(const alloc::Lease& lease) {
-  return {{"id", lease.id},
-          {"tenant", lease.tenant},
-          {"user", lease.user},
-          {"class", lease.class_name},
-          {"purpose", lease.purpose},
-          {"node", lease.node},
-          {"devices", lease.devices},
-          {"memory_gib", lease.memory_gib},
-          {"granted_at", lease.granted_at},
-          {"expires_at", lease.expires_at},
-          {"ended_at", lease.ended_at},
-          {"state", lease.state}};
+  json bound = json::array();
+  for (const alloc::BoundDevice& d : lease.bound) {
+    json device = {{"uuid", d.uuid}, {"gpu_uuid", d.gpu_uuid}, {"gpu_index", d.gpu_index}};
+    if (d.gi >= 0) {
+      device["gi"] = d.gi;
+      device["ci"] = d.ci;
+    }
+    if (d.vram_mib > 0) device["vram_mib"] = d.vram_mib;
+    if (d.share_milli > 0) device["share_milli"] = d.share_milli;
+    bound.push_back(device);
+  }
+  return {
+      {"id", lease.id},
+      {"tenant", lease.tenant},
+      {"user", lease.user},
+      {"class", lease.class_name},
+      {"purpose", lease.purpose},
+      {"node", lease.node},
+      {"devices", lease.devices},
+      {"memory_gib", lease.memory_gib},
+      {"granted_at", lease.granted_at},
+      {"expires_at", lease.expires_at},
+      {"ended_at", lease.ended_at},
+      {"state", lease.state},
+      {"from_queue", lease.from_queue},
+      {"bound", bound},
+      // What a process needs, while the lease lasts.
+      {"env", lease.state == "active" ? json(alloc::LeaseEnvironment(lease)) : json::object()},
+      {"docker_args", lease.state == "active" ? json(alloc::DockerArgs(lease)) : json::array()}};
 }
 
 json QueueJson(const alloc::QueueEntry& q) {
@@ -218,7 +235,7 @@ void ApiServer::Routes() {
 
   s.Get("/v1/inventory",
         authed([&service](const alloc::Caller&, const httplib::Request&, httplib::Response& res) {
-          const place::Cluster& cluster = service.inventory();
+          const place::Cluster cluster = service.Occupancy();
           json nodes = json::array();
           for (int n = 0; n < cluster.node_count(); ++n) {
             const place::NodeSpec& spec = cluster.spec(n);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "client.h"
 #include "common.h"
 
 namespace gpuslice::cli {
@@ -20,22 +21,12 @@ namespace {
 
 using nlohmann::json;
 
-struct ClientOptions {
-  std::string server;
-  std::string token;
-  bool json_output = false;
-};
-
 std::string Env(const char* name) {
   const char* value = std::getenv(name);
   return value == nullptr ? "" : value;
 }
 
-// Calls the API; prints the error and returns the exit code on failure.
-struct Reply {
-  int status = 0;
-  json body;
-};
+}  // namespace
 
 int Call(const ClientOptions& options, const std::string& method, const std::string& path,
          const json* body, Reply* reply) {
@@ -73,6 +64,8 @@ int Call(const ClientOptions& options, const std::string& method, const std::str
   return kExitOk;
 }
 
+namespace {
+
 std::string When(std::int64_t epoch) {
   if (epoch <= 0) return "-";
   const std::time_t t = static_cast<std::time_t>(epoch);
@@ -80,6 +73,8 @@ std::string When(std::int64_t epoch) {
   std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", std::gmtime(&t));
   return text;
 }
+
+}  // namespace
 
 void PrintLease(const json& lease) {
   std::string devices;
@@ -93,6 +88,14 @@ void PrintLease(const json& lease) {
             << When(lease["expires_at"].get<std::int64_t>())
             << " UTC; purpose: " << lease["purpose"].get<std::string>() << "\n";
 }
+
+std::int64_t EpochNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+namespace {
 
 // "7d", "12h", "30m", "45s" or epoch seconds -> epoch seconds.
 std::int64_t ParseSince(const std::string& text) {
@@ -112,6 +115,8 @@ std::int64_t ParseSince(const std::string& text) {
   return now - value * scale;
 }
 
+}  // namespace
+
 void AddConnection(CLI::App* cmd, ClientOptions& options) {
   cmd->add_option("--server", options.server,
                   "API URL (default $GPUSLICE_SERVER or http://127.0.0.1:8470)");
@@ -119,8 +124,6 @@ void AddConnection(CLI::App* cmd, ClientOptions& options) {
                   "API token (default $GPUSLICE_TOKEN or ./gpuslice-admin.token)");
   cmd->add_flag("--json", options.json_output, "Print the API's JSON");
 }
-
-}  // namespace
 
 void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* action) {
   (void)global;

@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common.h"
+#include "gpuslice/alloc/binder.h"
 #include "gpuslice/alloc/inventory.h"
 #include "gpuslice/alloc/service.h"
 #include "gpuslice/api/server.h"
@@ -63,6 +64,7 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
   std::vector<device::GpuInfo> gpus;
   std::string source;
   bool simulated = true;
+  std::shared_ptr<device::Backend> backend;  // the in-process agent's
   if (options.sim_fleet.empty()) {
     absl::StatusOr<std::unique_ptr<device::NvmlBackend>> nvml = device::NvmlBackend::Load(*catalog);
     if (nvml.ok()) {
@@ -71,6 +73,7 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
         gpus = *listed;
         simulated = false;
         source = absl::StrCat("local GPUs through NVML (", (*nvml)->Describe(), ")");
+        backend = *std::move(nvml);
       }
     }
   }
@@ -82,8 +85,15 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
       PrintError(absl::StrCat("--sim-fleet: ", std::string(state.status().message())));
       return kExitBadInput;
     }
-    device::SimBackend backend(*std::move(state), *catalog);
-    absl::StatusOr<std::vector<device::GpuInfo>> listed = backend.ListGpus();
+    // The simulated GPUs that have MIG are in MIG mode, so slices become real instances.
+    for (device::sim::SimGpu& gpu : state->gpus) {
+      if (gpu.mig_capable) {
+        gpu.mig_current = device::MigMode::kEnabled;
+        gpu.mig_pending = device::MigMode::kEnabled;
+      }
+    }
+    backend = std::make_shared<device::SimBackend>(*std::move(state), *catalog);
+    absl::StatusOr<std::vector<device::GpuInfo>> listed = backend->ListGpus();
     if (!listed.ok()) {
       PrintError(std::string(listed.status().message()));
       return 1;
@@ -108,6 +118,7 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
   const std::string where = (*db)->where();
   alloc::ServiceOptions service_options;
   service_options.policy = options.policy;
+  service_options.binder = alloc::MakeBackendBinder(backend, Hostname(), gpus, simulated);
   absl::StatusOr<std::unique_ptr<alloc::Service>> service =
       alloc::Service::Open(*std::move(db), *std::move(inventory), service_options);
   if (!service.ok()) {

@@ -81,6 +81,7 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddReplayCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddServeCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* action);
+void AddRunCommands(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddApplyCommands(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddStatusCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddDoctorCommand(CLI::App& app, const GlobalOptions& global, Action* action);

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   AddReplayCommand(app, global, &action);
   AddServeCommand(app, global, &action);
   AddClientCommands(app, global, &action);
+  AddRunCommands(app, global, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

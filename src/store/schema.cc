@@ -38,6 +38,12 @@ const std::vector<std::vector<std::string>>& Steps() {
           "NULL, detail TEXT NOT NULL)",
           "CREATE INDEX audit_by_tenant ON audit (tenant, at)",
       },
+      // 2: what each lease's devices are on the machine (MIG UUIDs, GPU UUIDs), as JSON, and
+      // the queue entry a lease was granted from (0: granted at once).
+      {
+          "ALTER TABLE leases ADD COLUMN bound TEXT NOT NULL DEFAULT '[]'",
+          "ALTER TABLE leases ADD COLUMN from_queue BIGINT NOT NULL DEFAULT 0",
+      },
   };
   return steps;
 }

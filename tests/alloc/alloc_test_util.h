@@ -69,6 +69,8 @@ class FakeClock {
 struct Faults {
   int fail_commits = 0;  // the next N commits fail (and roll back, as after an I/O error)
   int commits = 0;       // commits that went through
+  // Called at the start of every commit (on the committing thread), e.g. to hold it.
+  std::function<void()> before_commit;
 };
 
 // A store::Database that forwards to another one and fails commits on demand.
@@ -84,6 +86,7 @@ class FaultyDatabase final : public store::Database {
   }
   absl::Status Begin() override { return inner_->Begin(); }
   absl::Status Commit() override {
+    if (faults_->before_commit) faults_->before_commit();
     if (faults_->fail_commits > 0) {
       --faults_->fail_commits;
       (void)inner_->Rollback();

@@ -9,11 +9,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -1581,6 +1584,109 @@ TEST_F(ServiceTest, AFailedCommitChangesNothing) {
   ASSERT_TRUE(service_->Release(a, lease.id).ok());
   EXPECT_THAT(Active(), IsEmpty());
   EXPECT_EQ(Grant(a, ClassRequest("big", "again")).id, 2);
+}
+
+// ---- group commit
+
+// Holds the first commit until the test lets it go.
+class CommitGate {
+ public:
+  std::function<void()> Hook() {
+    return [this] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (open_) return;
+      holding_ = true;
+      changed_.notify_all();
+      changed_.wait(lock, [this] { return open_; });
+    };
+  }
+  void WaitUntilHolding() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return holding_; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    open_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool holding_ = false;
+  bool open_ = false;
+};
+
+TEST_F(ServiceTest, CallsMadeDuringACommitShareTheNextOne) {
+  auto faults = std::make_shared<Faults>();
+  Start({MigA100("m0", 2)}, faults);
+  const Caller a = AddTenant("team-a");
+  CommitGate gate;
+  faults->before_commit = gate.Hook();
+  const int commits_before = faults->commits;
+
+  std::thread first([&] {
+    absl::StatusOr<AcquireResult> r = service_->Acquire(a, ClassRequest("small", "first"));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->outcome, AcquireResult::Outcome::kGranted);
+  });
+  gate.WaitUntilHolding();
+  std::vector<std::thread> later;
+  for (int i = 0; i < 3; ++i) {
+    later.emplace_back([&] {
+      absl::StatusOr<AcquireResult> r = service_->Acquire(a, ClassRequest("small", "later"));
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->outcome, AcquireResult::Outcome::kGranted);
+    });
+  }
+  // All three are decided (visible in memory) while the first commit is still held.
+  while (Active().size() < 4) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(store::AsInt(Sql("SELECT COUNT(*) FROM leases").rows[0][0]), 0);
+  gate.Open();
+  first.join();
+  for (std::thread& t : later) t.join();
+
+  EXPECT_EQ(faults->commits - commits_before, 2);  // the first, then the three together
+  EXPECT_EQ(store::AsInt(Sql("SELECT COUNT(*) FROM leases WHERE state = 'active'").rows[0][0]), 4);
+  EXPECT_EQ(store::AsInt(Sql("SELECT COUNT(*) FROM audit WHERE action = 'grant'").rows[0][0]), 4);
+  EXPECT_EQ(Overcommit(nodes_, Active()), "");
+}
+
+TEST_F(ServiceTest, AFailedCommitAlsoFailsTheCallsStagedBehindItAndReloads) {
+  auto faults = std::make_shared<Faults>();
+  Start({MigA100("m0", 1)}, faults);
+  const Caller a = AddTenant("team-a");
+  const Lease kept = Grant(a, ClassRequest("small", "kept"));
+  const size_t audit_before = AuditAll().size();
+  CommitGate gate;
+  faults->before_commit = gate.Hook();
+  faults->fail_commits = 1;
+
+  absl::Status first_status;
+  std::thread first(
+      [&] { first_status = service_->Acquire(a, ClassRequest("small", "lost first")).status(); });
+  gate.WaitUntilHolding();
+  absl::Status release_status;
+  std::thread release([&] { release_status = service_->Release(a, kept.id); });
+  // The release is decided on top of the grant being committed.
+  while (Active().size() != 1 || Active()[0].id == kept.id) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  gate.Open();
+  first.join();
+  release.join();
+
+  EXPECT_EQ(first_status.code(), absl::StatusCode::kDataLoss) << first_status;
+  EXPECT_EQ(release_status.code(), absl::StatusCode::kAborted) << release_status;
+  EXPECT_THAT(release_status.message(), ::testing::HasSubstr("retry"));
+  // Memory is what the store holds: the kept lease only.
+  ASSERT_THAT(Active(), SizeIs(1));
+  EXPECT_EQ(Active()[0].id, kept.id);
+  EXPECT_EQ(AuditAll().size(), audit_before);
+  // And the service goes on from there.
+  ASSERT_TRUE(service_->Release(a, kept.id).ok());
+  EXPECT_EQ(Grant(a, ClassRequest("small", "next")).id, kept.id + 1);
+  EXPECT_EQ(Overcommit(nodes_, Active()), "");
 }
 
 // ---- concurrency

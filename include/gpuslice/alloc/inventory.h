@@ -17,6 +17,11 @@
 
 namespace gpuslice::alloc {
 
+// Whether a GPU is handed out as MIG instances, and the placement node it belongs to:
+// "<host>/<model id>", with "-mig" appended when it is. REQUIRES: gpu.model is set.
+bool HandedOutAsMig(const device::GpuInfo& gpu, bool mig_if_capable);
+std::string NodeNameFor(const std::string& host, const device::GpuInfo& gpu, bool mig_if_capable);
+
 absl::StatusOr<place::Cluster> InventoryFromGpus(const std::string& host,
                                                  const std::vector<device::GpuInfo>& gpus,
                                                  std::int64_t cpu_milli, std::int64_t memory_mib,

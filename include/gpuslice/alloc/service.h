@@ -20,24 +20,33 @@
 //   * Tenants see and change only their own leases and queue entries; admin operations need the
 //     admin role.
 //
-// Durability: every change is committed to the database (which is durable when Commit returns)
-// before the call returns, and the in-memory state changes only after the commit succeeded; a
-// failed commit leaves both unchanged. Open() reloads everything and re-places the active leases
-// on the inventory.
+// Durability (group commit): a call decides under one lock, changes the in-memory state and
+// stages its statements; it returns only once the transaction holding them is durable. Calls that
+// arrive while one transaction is being committed are committed together in the next one, so many
+// clients share one fsync. Other callers may see a change up to one commit before it is durable;
+// nobody is told of it before. When a commit fails, every call in that transaction and in the
+// one being staged gets the error, and the service reloads its state from the store, so memory
+// never holds what the store lost. Open() reloads everything and re-places the active leases on
+// the inventory. Reads of history (Audit, Leases with active_only=false) first wait until every
+// change staged before them is durable.
 //
-// Thread-safety: all public methods may be called concurrently; they are serialised inside.
+// Thread-safety: all public methods may be called concurrently; decisions are serialised inside,
+// commits overlap with the next decisions.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gpuslice/alloc/binder.h"
 #include "gpuslice/place/cluster.h"
 #include "gpuslice/place/engine.h"
 #include "gpuslice/store/database.h"
@@ -91,11 +100,13 @@ struct Lease {
   std::string node;
   std::vector<place::GpuClaim> claims;
   std::vector<std::string> devices;  // one line per GPU: "GPU 3", "GPU 1 MIG 3g.40gb@4", ...
+  std::vector<BoundDevice> bound;    // the devices on the machine (empty without a binder)
   double memory_gib = 0;
   std::int64_t granted_at = 0;
   std::int64_t expires_at = 0;
   std::int64_t ended_at = 0;
-  std::string state;  // active, released, expired, reclaimed
+  std::string state;            // active, released, expired, reclaimed, lost
+  std::int64_t from_queue = 0;  // the queue entry it was granted from; 0: granted at once
 };
 
 struct QueueEntry {
@@ -140,7 +151,18 @@ struct ServiceOptions {
   std::function<std::int64_t()> clock;  // epoch seconds; default: the system clock
   std::string policy = "gpuslice";      // placement policy
   bool seed_default_classes = true;     // small/medium/large/full when the store is new
+  // Makes granted slices real on the GPUs (MIG instances) and names them; none: leases carry no
+  // device ids. Called under the service's lock.
+  std::shared_ptr<DeviceBinder> binder;
 };
+
+// What a process needs in its environment to use the lease's devices: CUDA_VISIBLE_DEVICES and
+// NVIDIA_VISIBLE_DEVICES (MIG or GPU UUIDs), GPUSLICE_LEASE, and for shares the limits the
+// interposer enforces (GPUSLICE_VRAM_LIMIT_MIB, GPUSLICE_COMPUTE_SHARE_MILLI). Empty when the
+// lease has no bound devices.
+std::map<std::string, std::string> LeaseEnvironment(const Lease& lease);
+// `docker run` arguments for the same: --gpus "device=…" and -e for each variable.
+std::vector<std::string> DockerArgs(const Lease& lease);
 
 class Service {
  public:
@@ -179,38 +201,76 @@ class Service {
   // that now fit. Returns the number of leases ended.
   absl::StatusOr<int> Tick(const std::function<std::int64_t(const Lease&)>& idle_seconds = {});
 
-  const place::Cluster& inventory() const { return engine_.cluster(); }
+  // The inventory as given to Open, without leases (it never changes).
+  const place::Cluster& inventory() const { return inventory_; }
+  // A copy of the inventory with every active lease placed on it.
+  place::Cluster Occupancy();
   std::string_view store_kind() const { return db_->kind(); }
 
  private:
-  Service(std::unique_ptr<store::Database> db, place::Engine engine, ServiceOptions options);
+  // Statements staged by calls, committed together in one transaction.
+  struct Batch {
+    struct Statement {
+      std::string sql;
+      std::vector<store::Value> params;
+    };
+    std::vector<Statement> statements;
+    bool done = false;  // guarded by commit_mutex_
+    absl::Status status;
+  };
+
+  Service(std::unique_ptr<store::Database> db, place::Cluster inventory, place::Engine engine,
+          ServiceOptions options);
+  // Reads the store into memory (mutex_ and db_mutex_ held); writes it needs are staged.
   absl::Status Load();
+  // Empties memory and loads it again from the store, after a failed commit.
+  absl::Status Reload();
+  // Runs `change` under mutex_, then waits until what it staged is durable.
+  template <typename Change>
+  auto Changing(Change&& change) -> decltype(change());
+  // Waits until `batch` is committed, committing it (and whatever else is staged) when no other
+  // thread is committing. Returns the commit's status.
+  absl::Status Await(const std::shared_ptr<Batch>& batch);
+  // Waits until everything staged so far is durable.
+  absl::Status Sync();
+  void Stage(std::string sql, std::vector<store::Value> params);
   absl::StatusOr<std::string> CreateUserLocked(const Caller& caller, const std::string& name,
                                                const std::string& tenant, Role role);
   std::int64_t Now() const { return options_.clock(); }
-  absl::Status Audited(const Caller& caller, const std::string& tenant, const std::string& action,
-                       const std::string& subject, const std::string& purpose,
-                       const std::string& detail);
+  void Audited(const Caller& caller, const std::string& tenant, const std::string& action,
+               const std::string& subject, const std::string& purpose, const std::string& detail);
   absl::StatusOr<place::Request> RequestFor(const AcquireRequest& request,
                                             const ClassSpec** spec_out, std::string* class_name);
   std::string QuotaProblem(const TenantSpec& tenant, const std::string& class_name,
                            double gib) const;
   double GibOf(const place::Allocation& allocation) const;
+  // "GPU 3", "GPU 1 MIG 3g.40gb@4", "GPU 2 share 250m 8192 MiB" per claim.
+  std::vector<std::string> DeviceLines(int node, const std::vector<place::GpuClaim>& claims) const;
   Lease MakeLease(const place::Allocation& allocation, const std::string& tenant,
                   const std::string& user, const std::string& class_name,
                   const std::string& purpose, std::int64_t ttl_s);
-  // The row of a new active lease (inside the caller's transaction).
-  absl::Status InsertLease(const Lease& lease, const AcquireRequest& request);
+  // Stages the row of a new active lease.
+  void InsertLease(const Lease& lease, const AcquireRequest& request);
   absl::Status EndLease(std::int64_t lease_id, const std::string& state, const Caller& actor);
   absl::StatusOr<int> GrantQueued();
   void Renumber();
 
-  std::mutex mutex_;
+  // Lock order: mutex_, then db_mutex_; commit_mutex_ is never held with another.
+  std::mutex mutex_;     // the in-memory state below and pending_
+  std::mutex db_mutex_;  // the connection db_
+  std::mutex commit_mutex_;
+  std::condition_variable committed_;
+  bool committing_ = false;  // guarded by commit_mutex_
+  std::shared_ptr<Batch> pending_;
+
   std::unique_ptr<store::Database> db_;
+  const place::Cluster inventory_;  // as given to Open, without leases
   place::Engine engine_;
   ServiceOptions options_;
   std::map<std::string, TenantSpec> tenants_;
   std::map<std::string, ClassSpec> classes_;
+  std::map<std::string, Caller> users_by_token_hash_;
+  std::set<std::string> user_names_;
   struct Active {
     Lease lease;
     place::Allocation allocation;

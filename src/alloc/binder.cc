@@ -1,0 +1,184 @@
+#include "gpuslice/alloc/binder.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gpuslice/alloc/inventory.h"
+#include "gpuslice/geometry/compute_instances.h"
+#include "gpuslice/geometry/shape.h"
+
+namespace gpuslice::alloc {
+namespace {
+
+class BackendBinder final : public DeviceBinder {
+ public:
+  BackendBinder(std::shared_ptr<device::Backend> backend,
+                std::map<std::string, std::vector<device::GpuInfo>> gpus_by_node)
+      : backend_(std::move(backend)), gpus_by_node_(std::move(gpus_by_node)) {}
+
+  absl::StatusOr<std::vector<BoundDevice>> Bind(const place::Cluster& cluster, int node,
+                                                const std::vector<place::GpuClaim>& claims,
+                                                bool again) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::string& name = cluster.spec(node).name;
+    auto group = gpus_by_node_.find(name);
+    if (group == gpus_by_node_.end()) {
+      return absl::NotFoundError(absl::StrCat("node ", name, " is not on this machine"));
+    }
+    std::vector<BoundDevice> bound;
+    std::vector<BoundDevice> created;  // undone when a later claim fails
+    for (const place::GpuClaim& claim : claims) {
+      if (claim.gpu < 0 || static_cast<size_t>(claim.gpu) >= group->second.size()) {
+        return Undo(created,
+                    absl::OutOfRangeError(absl::StrCat("node ", name, " has no GPU ", claim.gpu)));
+      }
+      const device::GpuInfo& gpu = group->second[static_cast<size_t>(claim.gpu)];
+      BoundDevice device;
+      device.gpu_uuid = gpu.uuid;
+      device.gpu_index = gpu.index;
+      if (claim.mig_profile < 0) {
+        device.uuid = gpu.uuid;
+        if (!claim.whole) {
+          device.share_milli = claim.milli;
+          device.vram_mib = claim.vram_mib;
+        }
+        bound.push_back(device);
+        continue;
+      }
+      const geometry::Shape* shape = cluster.shape(node);
+      if (shape == nullptr || claim.mig_profile >= shape->profile_count()) {
+        return Undo(created, absl::InvalidArgumentError("MIG claim on a GPU without MIG"));
+      }
+      bool made = false;
+      absl::Status status = BindMig(*shape, gpu.index, shape->profile(claim.mig_profile),
+                                    claim.mig_start, again, &device, &made);
+      if (!status.ok()) return Undo(created, status);
+      if (made) created.push_back(device);
+      bound.push_back(device);
+    }
+    return bound;
+  }
+
+  absl::Status Unbind(const std::vector<BoundDevice>& devices) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return UnbindLocked(devices);
+  }
+
+ private:
+  // Finds or creates the GI of `profile` at `start` and a CI spanning it.
+  absl::Status BindMig(const geometry::Shape& shape, int gpu, const hw::GiProfile& profile,
+                       int start, bool again, BoundDevice* device, bool* made) {
+    absl::StatusOr<std::vector<device::GpuInstanceInfo>> gis = backend_->ListGpuInstances(gpu);
+    if (!gis.ok()) return gis.status();
+    std::optional<device::GpuInstanceInfo> gi;
+    for (const device::GpuInstanceInfo& existing : *gis) {
+      if (existing.profile_id == profile.smi_id && existing.start == start) gi = existing;
+    }
+    if (gi.has_value() && !again) {
+      absl::StatusOr<std::vector<device::ProcessInfo>> processes = backend_->ListProcesses(gpu);
+      if (!processes.ok()) return processes.status();
+      for (const device::ProcessInfo& p : *processes) {
+        if (p.gi == gi->id) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "MIG ", profile.name, " at ", start, " on GPU ", gpu, " is still used by process ",
+              p.pid, " (", p.name, ") of an ended lease"));
+        }
+      }
+    }
+    if (!gi.has_value()) {
+      absl::StatusOr<device::GpuInstanceInfo> created =
+          backend_->CreateGpuInstance(gpu, profile.smi_id, start);
+      if (!created.ok()) {
+        return absl::Status(created.status().code(),
+                            absl::StrCat("creating MIG ", profile.name, " at ", start, " on GPU ",
+                                         gpu, ": ", created.status().message()));
+      }
+      gi = *created;
+      *made = true;
+    }
+    device->gi = gi->id;
+    absl::StatusOr<std::vector<device::ComputeInstanceInfo>> cis =
+        backend_->ListComputeInstances(gpu, gi->id);
+    if (!cis.ok()) return cis.status();
+    const geometry::CiShape ci_shape(shape.mig(), profile);
+    const int full = ci_shape.Find(absl::StrCat(profile.compute_slices, "c"));
+    const int ci_profile =
+        ci_shape.profiles()[static_cast<size_t>(full >= 0 ? full : ci_shape.DefaultIndex())].id;
+    for (const device::ComputeInstanceInfo& ci : *cis) {
+      if (ci.profile_id == ci_profile) {
+        device->ci = ci.id;
+        device->uuid = ci.uuid;
+        return absl::OkStatus();
+      }
+    }
+    absl::StatusOr<device::ComputeInstanceInfo> ci =
+        backend_->CreateComputeInstance(gpu, gi->id, ci_profile, 0);
+    if (!ci.ok()) {
+      if (*made) (void)backend_->DestroyGpuInstance(gpu, gi->id);
+      *made = false;
+      return absl::Status(ci.status().code(),
+                          absl::StrCat("creating the compute instance of MIG ", profile.name,
+                                       " on GPU ", gpu, ": ", ci.status().message()));
+    }
+    device->ci = ci->id;
+    device->uuid = ci->uuid;
+    return absl::OkStatus();
+  }
+
+  absl::Status Undo(const std::vector<BoundDevice>& created, absl::Status why) {
+    (void)UnbindLocked(created);
+    return why;
+  }
+
+  absl::Status UnbindLocked(const std::vector<BoundDevice>& devices) {
+    std::vector<std::string> busy;
+    absl::Status first_error;
+    for (const BoundDevice& device : devices) {
+      if (device.gi < 0) continue;
+      absl::StatusOr<std::vector<device::ProcessInfo>> processes =
+          backend_->ListProcesses(device.gpu_index);
+      if (processes.ok()) {
+        std::vector<std::string> pids;
+        for (const device::ProcessInfo& p : *processes) {
+          if (p.gi == device.gi) pids.push_back(absl::StrCat(p.pid, " (", p.name, ")"));
+        }
+        if (!pids.empty()) {
+          busy.push_back(absl::StrCat(device.uuid, " on GPU ", device.gpu_index, " used by ",
+                                      absl::StrJoin(pids, ", ")));
+          continue;
+        }
+      }
+      absl::Status status =
+          backend_->DestroyComputeInstance(device.gpu_index, device.gi, device.ci);
+      if (status.ok()) status = backend_->DestroyGpuInstance(device.gpu_index, device.gi);
+      if (!status.ok() && first_error.ok()) first_error = status;
+    }
+    if (!busy.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("left in place, still in use: ", absl::StrJoin(busy, "; ")));
+    }
+    return first_error;
+  }
+
+  std::mutex mutex_;
+  std::shared_ptr<device::Backend> backend_;
+  std::map<std::string, std::vector<device::GpuInfo>> gpus_by_node_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceBinder> MakeBackendBinder(std::shared_ptr<device::Backend> backend,
+                                                const std::string& host,
+                                                const std::vector<device::GpuInfo>& gpus,
+                                                bool mig_if_capable) {
+  std::map<std::string, std::vector<device::GpuInfo>> by_node;
+  for (const device::GpuInfo& gpu : gpus) {
+    if (gpu.model == nullptr) continue;
+    by_node[NodeNameFor(host, gpu, mig_if_capable)].push_back(gpu);
+  }
+  return std::make_unique<BackendBinder>(std::move(backend), std::move(by_node));
+}
+
+}  // namespace gpuslice::alloc

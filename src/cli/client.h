@@ -1,0 +1,38 @@
+// The HTTP client side of the allocation service's commands (command_client.cc, command_run.cc):
+// where the server is, the token, one call to the API, and how a lease prints.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "nlohmann/json.hpp"
+
+namespace gpuslice::cli {
+
+struct ClientOptions {
+  std::string server;  // default $GPUSLICE_SERVER or http://127.0.0.1:8470
+  std::string token;   // default $GPUSLICE_TOKEN or ./gpuslice-admin.token
+  bool json_output = false;
+};
+
+struct Reply {
+  int status = 0;
+  nlohmann::json body;
+};
+
+// Calls the API. Returns 0 with the reply for a 2xx or a 409 (a refusal the caller explains);
+// otherwise prints the error and returns the exit code (2 unreachable, 3 not authorised, 1 else).
+int Call(const ClientOptions& options, const std::string& method, const std::string& path,
+         const nlohmann::json* body, Reply* reply);
+
+// --server, --token and --json.
+void AddConnection(CLI::App* cmd, ClientOptions& options);
+
+// One line per lease: id, state, class, node, devices, GiB, tenant, end, purpose.
+void PrintLease(const nlohmann::json& lease);
+
+// Seconds since the epoch, now.
+std::int64_t EpochNow();
+
+}  // namespace gpuslice::cli

@@ -1,0 +1,310 @@
+// `gpuslice run -- CMD`: acquire a slice, run CMD on it, renew the lease while CMD runs, release
+// it when CMD ends (also when gpuslice run is signalled). `gpuslice lease show|env|docker-args ID`:
+// what a process or a container needs to use a lease's devices.
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client.h"
+#include "common.h"
+
+namespace gpuslice::cli {
+namespace {
+
+using nlohmann::json;
+
+std::atomic<int> g_signal{0};
+
+void OnSignal(int signal) { g_signal.store(signal); }
+
+struct RunOptions {
+  ClientOptions c;
+  std::string class_name, profile, purpose;
+  int share = 0;
+  std::int64_t vram = 0, ttl = 0, queue_timeout = 0;
+  bool no_wait = false;
+  std::vector<std::string> command;
+};
+
+void Sleep(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+// Waits for the lease granted from queue entry `queue_id`. Returns 0 and the lease, or an exit
+// code (the entry was cancelled, the wait timed out, or gpuslice run was signalled: then the
+// entry is withdrawn).
+int WaitForGrant(const RunOptions& o, std::int64_t queue_id, json* lease) {
+  const std::int64_t deadline = o.queue_timeout > 0 ? EpochNow() + o.queue_timeout : 0;
+  const std::string id = std::to_string(queue_id);
+  auto withdraw = [&](const std::string& why, int code) {
+    Reply ignored;
+    (void)Call(o.c, "DELETE", "/v1/queue/" + id, nullptr, &ignored);
+    // It may have been granted meanwhile: give that lease back too.
+    Reply leases;
+    if (Call(o.c, "GET", "/v1/leases", nullptr, &leases) == 0) {
+      for (const json& l : leases.body["leases"]) {
+        if (l.value("from_queue", std::int64_t{0}) == queue_id) {
+          (void)Call(o.c, "DELETE", absl::StrCat("/v1/leases/", l["id"].get<std::int64_t>()),
+                     nullptr, &ignored);
+        }
+      }
+    }
+    std::cerr << "gpuslice run: " << why << "; withdrew queue entry " << id << "\n";
+    return code;
+  };
+  for (int round = 0;; ++round) {
+    for (int i = 0; i < 10; ++i) {
+      if (int s = g_signal.load(); s != 0) return withdraw(strsignal(s), 128 + s);
+      Sleep(100);
+    }
+    if (deadline > 0 && EpochNow() >= deadline) {
+      return withdraw(absl::StrCat("no slice within --queue-timeout ", o.queue_timeout, " s"), 1);
+    }
+    Reply leases;
+    if (int rc = Call(o.c, "GET", "/v1/leases", nullptr, &leases); rc != 0) return rc;
+    for (const json& l : leases.body["leases"]) {
+      if (l.value("from_queue", std::int64_t{0}) == queue_id) {
+        *lease = l;
+        return kExitOk;
+      }
+    }
+    Reply queue;
+    if (int rc = Call(o.c, "GET", "/v1/queue", nullptr, &queue); rc != 0) return rc;
+    bool waiting = false;
+    for (const json& q : queue.body["queue"]) {
+      if (q["id"].get<std::int64_t>() == queue_id) {
+        waiting = true;
+        if (round % 30 == 0) {
+          std::cerr << "gpuslice run: waiting, position " << q["position"] << " in class "
+                    << q["class"].get<std::string>() << ": " << q["reason"].get<std::string>()
+                    << "\n";
+        }
+      }
+    }
+    if (!waiting) {
+      // Granted between the two reads, or cancelled.
+      if (Call(o.c, "GET", "/v1/leases", nullptr, &leases) == 0) {
+        for (const json& l : leases.body["leases"]) {
+          if (l.value("from_queue", std::int64_t{0}) == queue_id) {
+            *lease = l;
+            return kExitOk;
+          }
+        }
+      }
+      std::cerr << "gpuslice run: queue entry " << id << " was cancelled\n";
+      return 1;
+    }
+  }
+}
+
+// Runs the command with the lease's environment; renews the lease while it runs; forwards
+// SIGINT/SIGTERM/SIGHUP to it. Returns the command's exit code (128 + signal if it was killed).
+int RunCommand(const RunOptions& o, const json& lease) {
+  const std::int64_t id = lease["id"].get<std::int64_t>();
+  const std::int64_t ttl = std::max<std::int64_t>(
+      1, lease["expires_at"].get<std::int64_t>() - lease["granted_at"].get<std::int64_t>());
+  std::vector<std::string> env_lines;
+  for (const auto& [name, value] : lease["env"].items()) {
+    env_lines.push_back(absl::StrCat(name, "=", value.get<std::string>()));
+  }
+  std::cerr << "gpuslice run: lease " << id << " on " << lease["node"].get<std::string>() << " ["
+            << absl::StrJoin(lease["devices"].get<std::vector<std::string>>(), "; ") << "] "
+            << absl::StrJoin(env_lines, " ") << "\n";
+  const pid_t pid = fork();
+  if (pid < 0) {
+    std::cerr << "gpuslice run: fork: " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  if (pid == 0) {
+    for (const auto& [name, value] : lease["env"].items()) {
+      setenv(name.c_str(), value.get<std::string>().c_str(), 1);
+    }
+    std::vector<char*> argv;
+    for (const std::string& arg : o.command) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::cerr << "gpuslice run: cannot run " << o.command[0] << ": " << std::strerror(errno)
+              << "\n";
+    _exit(127);
+  }
+  std::int64_t next_renew = EpochNow() + std::max<std::int64_t>(1, ttl / 2);
+  int status = 0;
+  while (true) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) {
+      std::cerr << "gpuslice run: waitpid: " << std::strerror(errno) << "\n";
+      break;
+    }
+    if (int s = g_signal.exchange(0); s != 0) kill(pid, s);
+    if (EpochNow() >= next_renew) {
+      json body = {{"ttl_s", ttl}};
+      Reply reply;
+      if (Call(o.c, "POST", absl::StrCat("/v1/leases/", id, "/renew"), &body, &reply) != 0) {
+        std::cerr << "gpuslice run: could not renew lease " << id
+                  << "; the slice may be taken back when it expires\n";
+      }
+      next_renew = EpochNow() + std::max<std::int64_t>(1, ttl / 2);
+    }
+    Sleep(100);
+  }
+  Reply reply;
+  if (Call(o.c, "DELETE", absl::StrCat("/v1/leases/", id), nullptr, &reply) == 0) {
+    std::cerr << "gpuslice run: released lease " << id << "\n";
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+int Run(const RunOptions& o) {
+  const int kinds = (o.class_name.empty() ? 0 : 1) + (o.profile.empty() ? 0 : 1) +
+                    (o.share > 0 || o.vram > 0 ? 1 : 0);
+  if (kinds != 1) {
+    PrintError("give exactly one of --class, --profile or --share/--vram");
+    return kExitBadInput;
+  }
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) std::signal(s, OnSignal);
+  json body = {{"purpose", o.purpose}, {"wait", !o.no_wait}};
+  if (!o.class_name.empty()) body["class"] = o.class_name;
+  if (!o.profile.empty()) body["profile"] = o.profile;
+  if (o.share > 0) body["share_milli"] = o.share;
+  if (o.vram > 0) body["vram_mib"] = o.vram;
+  if (o.ttl > 0) body["ttl_s"] = o.ttl;
+  Reply reply;
+  if (int rc = Call(o.c, "POST", "/v1/leases", &body, &reply); rc != 0) return rc;
+  json lease;
+  if (reply.status == 409) {
+    std::cerr << "gpuslice run: refused: " << reply.body.value("error", std::string("?")) << "\n";
+    return 1;
+  }
+  if (reply.status == 202) {
+    const std::int64_t queue_id = reply.body["queued"]["id"].get<std::int64_t>();
+    std::cerr << "gpuslice run: queued as " << queue_id << ", position "
+              << reply.body["queued"]["position"] << ": " << reply.body["reason"].get<std::string>()
+              << " (Ctrl-C withdraws)\n";
+    if (int rc = WaitForGrant(o, queue_id, &lease); rc != 0) return rc;
+  } else {
+    lease = reply.body["lease"];
+  }
+  if (!lease.contains("env") || lease["env"].empty()) {
+    Reply ignored;
+    (void)Call(o.c, "DELETE", absl::StrCat("/v1/leases/", lease["id"].get<std::int64_t>()), nullptr,
+               &ignored);
+    PrintError("the service names no devices for this lease (it runs without a device agent)");
+    return 1;
+  }
+  return RunCommand(o, lease);
+}
+
+// Reads lease `id`; prints the error and returns the exit code on failure.
+int GetLease(const ClientOptions& c, std::int64_t id, json* lease) {
+  Reply reply;
+  if (int rc = Call(c, "GET", absl::StrCat("/v1/leases/", id), nullptr, &reply); rc != 0) {
+    return rc;
+  }
+  *lease = reply.body;
+  if (lease->value("state", std::string()) != "active") {
+    PrintError(absl::StrCat("lease ", id, " is ", lease->value("state", std::string("?")),
+                            ", not active"));
+    return 1;
+  }
+  if (!lease->contains("env") || (*lease)["env"].empty()) {
+    PrintError(absl::StrCat("lease ", id, " has no devices named (the service has no agent)"));
+    return 1;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddRunCommands(CLI::App& app, const GlobalOptions& global, Action* action) {
+  (void)global;
+  {
+    auto o = std::make_shared<RunOptions>();
+    CLI::App* cmd = app.add_subcommand(
+        "run",
+        "Acquire a slice, run a command on it (CUDA_VISIBLE_DEVICES set to the slice), renew the "
+        "lease while it runs and release it when it ends. Exits with the command's code");
+    AddConnection(cmd, o->c);
+    cmd->add_option("--class", o->class_name, "A class: small, medium, large, full, ...");
+    cmd->add_option("--profile", o->profile, "A MIG profile, e.g. 3g.40gb");
+    cmd->add_option("--share", o->share, "A fraction of a shared GPU in milli (1-1000)");
+    cmd->add_option("--vram", o->vram, "VRAM of the share, MiB");
+    cmd->add_option("--purpose", o->purpose, "What it is for (required; recorded in the audit)")
+        ->required();
+    cmd->add_option("--ttl", o->ttl, "Lease seconds, renewed at half-time while the command runs");
+    cmd->add_flag("--no-wait", o->no_wait, "Fail instead of queueing when there is no room now");
+    cmd->add_option("--queue-timeout", o->queue_timeout,
+                    "Give up after waiting this many seconds in the queue (0: wait on)");
+    cmd->add_option("command", o->command, "The command and its arguments, after --")->required();
+    cmd->callback([o, action] { *action = [o] { return Run(*o); }; });
+  }
+  {
+    CLI::App* lease_cmd =
+        app.add_subcommand("lease", "One lease: show it, or what a process needs");
+    lease_cmd->require_subcommand(1);
+    for (const char* what : {"show", "env", "docker-args"}) {
+      struct Options {
+        ClientOptions c;
+        std::int64_t id = 0;
+      };
+      auto o = std::make_shared<Options>();
+      const std::string verb = what;
+      CLI::App* cmd = lease_cmd->add_subcommand(
+          verb, verb == "show"  ? "The lease, with its devices"
+                : verb == "env" ? "export lines for a shell: CUDA_VISIBLE_DEVICES, ..."
+                                : "docker run arguments: docker run $(gpuslice lease "
+                                  "docker-args ID) IMAGE");
+      AddConnection(cmd, o->c);
+      cmd->add_option("id", o->id, "Lease id")->required();
+      cmd->callback([o, action, verb] {
+        *action = [o, verb] {
+          json lease;
+          if (verb == "show") {
+            Reply reply;
+            if (int rc = Call(o->c, "GET", absl::StrCat("/v1/leases/", o->id), nullptr, &reply);
+                rc != 0) {
+              return rc;
+            }
+            if (o->c.json_output) {
+              PrintJson(reply.body);
+            } else {
+              PrintLease(reply.body);
+            }
+            return kExitOk;
+          }
+          if (int rc = GetLease(o->c, o->id, &lease); rc != 0) return rc;
+          if (verb == "env") {
+            if (o->c.json_output) {
+              PrintJson(lease["env"]);
+              return kExitOk;
+            }
+            for (const auto& [name, value] : lease["env"].items()) {
+              std::cout << "export " << name << "='" << value.get<std::string>() << "'\n";
+            }
+            return kExitOk;
+          }
+          if (o->c.json_output) {
+            PrintJson(lease["docker_args"]);
+          } else {
+            std::cout << absl::StrJoin(lease["docker_args"].get<std::vector<std::string>>(), " ")
+                      << "\n";
+          }
+          return kExitOk;
+        };
+      });
+    }
+  }
+}
+
+}  // namespace gpuslice::cli
