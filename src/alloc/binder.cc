@@ -28,10 +28,11 @@ class BackendBinder final : public DeviceBinder {
       return absl::NotFoundError(absl::StrCat("node ", name, " is not on this machine"));
     }
     std::vector<BoundDevice> bound;
-    std::vector<BoundDevice> created;  // undone when a later claim fails
+    std::vector<BoundDevice> created;      // undone when a later claim fails
+    std::vector<BoundDevice> created_cis;  // likewise (CIs made in GPU instances found there)
     for (const place::GpuClaim& claim : claims) {
       if (claim.gpu < 0 || static_cast<size_t>(claim.gpu) >= group->second.size()) {
-        return Undo(created,
+        return Undo(created, created_cis,
                     absl::OutOfRangeError(absl::StrCat("node ", name, " has no GPU ", claim.gpu)));
       }
       const device::GpuInfo& gpu = group->second[static_cast<size_t>(claim.gpu)];
@@ -49,17 +50,25 @@ class BackendBinder final : public DeviceBinder {
       }
       const geometry::Shape* shape = cluster.shape(node);
       if (shape == nullptr || claim.mig_profile >= shape->profile_count()) {
-        return Undo(created, absl::InvalidArgumentError("MIG claim on a GPU without MIG"));
+        return Undo(created, created_cis,
+                    absl::InvalidArgumentError("MIG claim on a GPU without MIG"));
       }
       bool made = false;
+      bool made_ci = false;
       absl::Status status = BindMig(*shape, gpu.index, shape->profile(claim.mig_profile),
-                                    claim.mig_start, again, &device, &made);
-      if (!status.ok()) return Undo(created, status);
-      if (made) created.push_back(device);
+                                    claim.mig_start, again, &device, &made, &made_ci);
+      if (!status.ok()) return Undo(created, created_cis, status);
+      if (made) {
+        created.push_back(device);
+      } else if (made_ci) {  // in an idle GPU instance that was there: only the CI is ours
+        created_cis.push_back(device);
+      }
       bound.push_back(device);
     }
     return bound;
   }
+
+  bool Handles(const std::string& node) const override { return gpus_by_node_.contains(node); }
 
   absl::Status Unbind(const std::vector<BoundDevice>& devices) override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -69,7 +78,7 @@ class BackendBinder final : public DeviceBinder {
  private:
   // Finds or creates the GI of `profile` at `start` and a CI spanning it.
   absl::Status BindMig(const geometry::Shape& shape, int gpu, const hw::GiProfile& profile,
-                       int start, bool again, BoundDevice* device, bool* made) {
+                       int start, bool again, BoundDevice* device, bool* made, bool* made_ci) {
     absl::StatusOr<std::vector<device::GpuInstanceInfo>> gis = backend_->ListGpuInstances(gpu);
     if (!gis.ok()) return gis.status();
     std::optional<device::GpuInstanceInfo> gi;
@@ -124,10 +133,17 @@ class BackendBinder final : public DeviceBinder {
     }
     device->ci = ci->id;
     device->uuid = ci->uuid;
+    *made_ci = true;
     return absl::OkStatus();
   }
 
-  absl::Status Undo(const std::vector<BoundDevice>& created, absl::Status why) {
+  // Destroys what a failed Bind created: compute instances it added to instances that were
+  // there, and the instances it created.
+  absl::Status Undo(const std::vector<BoundDevice>& created,
+                    const std::vector<BoundDevice>& created_cis, absl::Status why) {
+    for (const BoundDevice& d : created_cis) {
+      (void)backend_->DestroyComputeInstance(d.gpu_index, d.gi, d.ci);
+    }
     (void)UnbindLocked(created);
     return why;
   }

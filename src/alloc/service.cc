@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "gpuslice/alloc/inventory.h"
 #include "gpuslice/hw/catalog.h"
 #include "nlohmann/json.hpp"
 
@@ -29,7 +30,74 @@ std::int64_t SystemNow() {
       .count();
 }
 
-std::string RoleName(Role role) { return role == Role::kAdmin ? "admin" : "tenant"; }
+std::string RoleName(Role role) {
+  switch (role) {
+    case Role::kAdmin:
+      return "admin";
+    case Role::kAgent:
+      return "agent";
+    case Role::kTenant:
+      break;
+  }
+  return "tenant";
+}
+
+Role RoleFromName(const std::string& name) {
+  return name == "admin" ? Role::kAdmin : name == "agent" ? Role::kAgent : Role::kTenant;
+}
+
+absl::Status NeedAdminOrAgent(const Caller& caller) {
+  if (caller.role != Role::kAdmin && caller.role != Role::kAgent) {
+    return absl::PermissionDeniedError("this operation needs the agent or admin role");
+  }
+  return absl::OkStatus();
+}
+
+// The host part of a placement node's name ("<host>/<model>[-mig]").
+std::string HostOf(const std::string& node) { return node.substr(0, node.find('/')); }
+
+json ReportJson(const NodeReport& report) {
+  json gpus = json::array();
+  for (const NodeReport::Gpu& g : report.gpus) {
+    gpus.push_back({{"index", g.index}, {"uuid", g.uuid}, {"model", g.model}, {"mig", g.mig}});
+  }
+  return {{"cpu_milli", report.cpu_milli}, {"memory_mib", report.memory_mib}, {"gpus", gpus}};
+}
+
+NodeReport ReportFromJson(const std::string& host, const json& j) {
+  NodeReport report;
+  report.host = host;
+  report.cpu_milli = j.value("cpu_milli", std::int64_t{0});
+  report.memory_mib = j.value("memory_mib", std::int64_t{0});
+  for (const json& g : j.value("gpus", json::array())) {
+    report.gpus.push_back(NodeReport::Gpu{g.value("index", 0), g.value("uuid", ""),
+                                          g.value("model", ""), g.value("mig", false)});
+  }
+  return report;
+}
+
+// The report's GPUs as the device layer describes them, models from the built-in catalog.
+absl::StatusOr<std::vector<device::GpuInfo>> GpusOf(const NodeReport& report) {
+  std::vector<device::GpuInfo> gpus;
+  for (const NodeReport::Gpu& g : report.gpus) {
+    device::GpuInfo info;
+    info.index = g.index;
+    info.uuid = g.uuid;
+    info.model = hw::Catalog::Builtin().Find(g.model);
+    if (info.model == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GPU ", g.index, " of ", report.host, ": unknown model '", g.model, "'"));
+    }
+    info.name = info.model->id;
+    info.memory_total_mib = info.model->memory_mib;
+    info.mig_capable = info.model->mig_capable();
+    info.mig_current =
+        g.mig && info.mig_capable ? device::MigMode::kEnabled : device::MigMode::kDisabled;
+    info.mig_pending = info.mig_current;
+    gpus.push_back(info);
+  }
+  return gpus;
+}
 
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;
@@ -379,6 +447,8 @@ absl::Status Service::Reload() {
   user_names_.clear();
   active_.clear();
   queue_.clear();
+  remotes_.clear();
+  draining_.clear();
   options_.seed_default_classes = false;
   return Load();
 }
@@ -399,7 +469,7 @@ absl::Status Service::Load() {
     Caller caller;
     caller.user = store::AsText(row[0]);
     caller.tenant = store::AsText(row[1]);
-    caller.role = store::AsText(row[2]) == "admin" ? Role::kAdmin : Role::kTenant;
+    caller.role = RoleFromName(store::AsText(row[2]));
     user_names_.insert(caller.user);
     users_by_token_hash_[store::AsText(row[3])] = caller;
   }
@@ -431,6 +501,23 @@ absl::Status Service::Load() {
       Stage("INSERT INTO classes (name, spec) VALUES (?, ?)", {spec.name, ClassJson(spec).dump()});
       classes_[spec.name] = spec;
     }
+  }
+  // Machines reported by agents join the inventory before the leases go back onto it.
+  absl::StatusOr<store::Result> nodes = db_->Query("SELECT host, report, seen_at FROM nodes");
+  if (!nodes.ok()) return nodes.status();
+  for (const store::Row& row : nodes->rows) {
+    NodeReport report =
+        ReportFromJson(store::AsText(row[0]), json::parse(store::AsText(row[1]), nullptr, false));
+    report.seen_at = store::AsInt(row[2]);
+    remotes_[report.host] = std::move(report);
+  }
+  if (!remotes_.empty()) {
+    absl::StatusOr<place::Cluster> cluster = InventoryWithRemotes();
+    if (!cluster.ok()) return cluster.status();
+    absl::StatusOr<std::unique_ptr<place::Policy>> policy =
+        place::MakePolicy(options_.policy, place::PolicyOptions{});
+    if (!policy.ok()) return policy.status();
+    engine_ = place::Engine(*std::move(cluster), *std::move(policy));
   }
   // Active leases go back onto the inventory.
   std::map<std::string, int> node_index;
@@ -474,7 +561,7 @@ absl::Status Service::Load() {
         allocation.request = *placement;
         absl::StatusOr<place::Allocation> taken = engine_.Adopt(allocation);
         adopted = taken.status();
-        if (taken.ok() && options_.binder != nullptr) {
+        if (taken.ok() && options_.binder != nullptr && options_.binder->Handles(lease.node)) {
           // The devices as they are now (the instances may have been re-created).
           absl::StatusOr<std::vector<BoundDevice>> bound =
               options_.binder->Bind(engine_.cluster(), taken->node, taken->gpus, true);
@@ -555,8 +642,8 @@ absl::StatusOr<std::string> Service::CreateUserLocked(const Caller& caller, cons
   if (role == Role::kTenant && !tenants_.contains(tenant)) {
     return absl::NotFoundError(absl::StrCat("tenant '", tenant, "' does not exist"));
   }
-  if (role == Role::kAdmin && !tenant.empty()) {
-    return absl::InvalidArgumentError("an admin belongs to no tenant");
+  if (role != Role::kTenant && !tenant.empty()) {
+    return absl::InvalidArgumentError("admins and agents belong to no tenant");
   }
   if (user_names_.contains(name)) {
     return absl::AlreadyExistsError(absl::StrCat("user '", name, "' exists"));
@@ -867,6 +954,19 @@ Lease Service::MakeLease(const place::Allocation& allocation, const std::string&
   return lease;
 }
 
+bool Service::BindNew(const place::Allocation& allocation, Lease* lease, std::string* why) {
+  if (options_.binder == nullptr || !options_.binder->Handles(lease->node)) return true;
+  absl::StatusOr<std::vector<BoundDevice>> bound =
+      options_.binder->Bind(engine_.cluster(), allocation.node, allocation.gpus, false);
+  if (!bound.ok()) {
+    (void)engine_.Release(allocation);
+    *why = absl::StrCat("the slice could not be set up on the GPU: ", bound.status().message());
+    return false;
+  }
+  lease->bound = *std::move(bound);
+  return true;
+}
+
 void Service::InsertLease(const Lease& lease, const AcquireRequest& request) {
   Stage(
       "INSERT INTO leases (id, tenant, user_name, class, purpose, request, node, claims, "
@@ -938,16 +1038,7 @@ absl::StatusOr<AcquireResult> Service::Acquire(const Caller& caller,
         }
         Lease lease =
             MakeLease(*allocation, tenant.name, caller.user, class_name, request.purpose, ttl);
-        if (options_.binder != nullptr) {
-          absl::StatusOr<std::vector<BoundDevice>> bound =
-              options_.binder->Bind(engine_.cluster(), allocation->node, allocation->gpus, false);
-          if (!bound.ok()) {
-            (void)engine_.Release(*allocation);
-            return refuse(absl::StrCat("the slice could not be set up on the GPU: ",
-                                       bound.status().message()));
-          }
-          lease.bound = *std::move(bound);
-        }
+        if (std::string why; !BindNew(*allocation, &lease, &why)) return refuse(why);
         lease.id = next_lease_++;
         InsertLease(lease, request);
         Audited(caller, tenant.name, "grant", absl::StrCat("lease ", lease.id), request.purpose,
@@ -1015,13 +1106,20 @@ void Service::Renumber() {
 absl::Status Service::EndLease(std::int64_t lease_id, const std::string& state,
                                const Caller& actor) {
   auto it = active_.find(lease_id);
-  if (absl::Status s = engine_.Release(it->second.allocation); !s.ok()) return s;
   const Lease& lease = it->second.lease;
   json detail = {{"class", lease.class_name}, {"node", lease.node}};
-  if (options_.binder != nullptr && !lease.bound.empty()) {
+  bool draining = false;
+  if (options_.binder != nullptr && options_.binder->Handles(lease.node) && !lease.bound.empty()) {
     if (absl::Status s = options_.binder->Unbind(lease.bound); !s.ok()) {
       detail["devices_left"] = std::string(s.message());
+      // Processes still hold the instance: its slots stay taken until they are gone (Tick).
+      draining = absl::IsFailedPrecondition(s);
     }
+  }
+  if (draining) {
+    draining_[lease_id] = it->second;
+  } else if (absl::Status s = engine_.Release(it->second.allocation); !s.ok()) {
+    return s;
   }
   const std::int64_t now = Now();
   detail["held_s"] = now - lease.granted_at;
@@ -1060,18 +1158,10 @@ absl::StatusOr<int> Service::GrantQueued() {
     Lease lease = MakeLease(*allocation, q.entry.tenant, q.entry.user, q.entry.class_name,
                             q.entry.purpose, q.ttl_s);
     lease.from_queue = q.entry.id;
-    if (options_.binder != nullptr) {
-      absl::StatusOr<std::vector<BoundDevice>> bound =
-          options_.binder->Bind(engine_.cluster(), allocation->node, allocation->gpus, false);
-      if (!bound.ok()) {  // it stays queued; the class waits behind it
-        (void)engine_.Release(*allocation);
-        q.entry.reason =
-            absl::StrCat("the slice could not be set up on the GPU: ", bound.status().message());
-        blocked.insert(q.entry.class_name);
-        ++i;
-        continue;
-      }
-      lease.bound = *std::move(bound);
+    if (!BindNew(*allocation, &lease, &q.entry.reason)) {  // it stays queued; its class waits
+      blocked.insert(q.entry.class_name);
+      ++i;
+      continue;
     }
     lease.id = next_lease_++;
     InsertLease(lease, q.request);
@@ -1167,6 +1257,16 @@ absl::StatusOr<int> Service::Tick(const std::function<std::int64_t(const Lease&)
     for (const auto& [id, state] : ending) {
       if (absl::Status s = EndLease(id, state, system); !s.ok()) return s;
     }
+    for (auto it = draining_.begin(); it != draining_.end();) {
+      if (!options_.binder->Unbind(it->second.lease.bound).ok()) {
+        ++it;
+        continue;
+      }
+      (void)engine_.Release(it->second.allocation);
+      Audited(system, it->second.lease.tenant, "drain", absl::StrCat("lease ", it->first),
+              it->second.lease.purpose, json{{"node", it->second.lease.node}}.dump());
+      it = draining_.erase(it);
+    }
     if (absl::StatusOr<int> granted = GrantQueued(); !granted.ok()) return granted.status();
     return static_cast<int>(ending.size());
   });
@@ -1256,6 +1356,9 @@ absl::StatusOr<std::vector<QueueEntry>> Service::Queue(const Caller& caller) {
 absl::StatusOr<std::vector<AuditEvent>> Service::Audit(const Caller& caller,
                                                        const AuditQuery& query) {
   std::string tenant = query.tenant;
+  if (caller.role == Role::kAgent) {
+    return absl::PermissionDeniedError("agents do not read the audit");
+  }
   if (caller.role != Role::kAdmin) {
     if (!tenant.empty() && tenant != caller.tenant) {
       return absl::PermissionDeniedError("a tenant reads only its own audit");
@@ -1288,6 +1391,184 @@ absl::StatusOr<std::vector<AuditEvent>> Service::Audit(const Caller& caller,
   }
   std::reverse(out.begin(), out.end());  // the newest `limit` events, oldest first
   return out;
+}
+
+// ---- agents
+
+absl::StatusOr<place::Cluster> Service::InventoryWithRemotes() const {
+  std::vector<place::NodeSpec> specs;
+  for (int n = 0; n < inventory_.node_count(); ++n) {
+    // A machine that reports itself through an agent replaces what the service saw of it.
+    if (!remotes_.contains(HostOf(inventory_.spec(n).name))) specs.push_back(inventory_.spec(n));
+  }
+  for (const auto& [host, report] : remotes_) {
+    absl::StatusOr<std::vector<device::GpuInfo>> gpus = GpusOf(report);
+    if (!gpus.ok()) return gpus.status();
+    absl::StatusOr<place::Cluster> machine =
+        InventoryFromGpus(host, *gpus, report.cpu_milli, report.memory_mib, false);
+    if (!machine.ok()) return machine.status();
+    for (int n = 0; n < machine->node_count(); ++n) specs.push_back(machine->spec(n));
+  }
+  return place::Cluster::Create(std::move(specs));
+}
+
+absl::Status Service::Replace() {
+  absl::StatusOr<place::Cluster> cluster = InventoryWithRemotes();
+  if (!cluster.ok()) return cluster.status();
+  absl::StatusOr<std::unique_ptr<place::Policy>> policy =
+      place::MakePolicy(options_.policy, place::PolicyOptions{});
+  if (!policy.ok()) return policy.status();
+  place::Engine engine(*std::move(cluster), *std::move(policy));
+  std::map<std::string, int> node_index;
+  for (int n = 0; n < engine.cluster().node_count(); ++n) {
+    node_index[engine.cluster().spec(n).name] = n;
+  }
+  std::map<std::int64_t, Active> kept;
+  std::vector<std::pair<Lease, std::string>> lost;
+  for (auto& [id, active] : active_) {
+    auto it = node_index.find(active.lease.node);
+    if (it == node_index.end()) {
+      lost.emplace_back(active.lease, "its node left the inventory");
+      continue;
+    }
+    place::Allocation allocation = active.allocation;
+    allocation.node = it->second;
+    absl::StatusOr<place::Allocation> taken = engine.Adopt(allocation);
+    if (!taken.ok()) {
+      lost.emplace_back(active.lease, std::string(taken.status().message()));
+      continue;
+    }
+    kept[id] = Active{active.lease, *taken};
+  }
+  for (auto it = draining_.begin(); it != draining_.end();) {
+    auto node = node_index.find(it->second.lease.node);
+    place::Allocation allocation = it->second.allocation;
+    if (node != node_index.end()) allocation.node = node->second;
+    absl::StatusOr<place::Allocation> taken =
+        node == node_index.end() ? absl::NotFoundError("gone") : engine.Adopt(allocation);
+    if (!taken.ok()) {
+      it = draining_.erase(it);
+      continue;
+    }
+    it->second.allocation = *taken;
+    ++it;
+  }
+  engine_ = std::move(engine);
+  active_ = std::move(kept);
+  const Caller system{"gpuslice", "", Role::kAdmin};
+  for (const auto& [lease, why] : lost) {
+    Stage("UPDATE leases SET state = 'lost', ended_at = ? WHERE id = ?", {Now(), lease.id});
+    Audited(system, lease.tenant, "lose", absl::StrCat("lease ", lease.id), lease.purpose,
+            json{{"why", why}}.dump());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Service::ReportNode(const Caller& caller, const NodeReport& report) {
+  return Changing([&]() -> absl::Status {
+    if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
+    if (!ValidName(report.host)) {
+      return absl::InvalidArgumentError("host: 1-64 letters, digits, '-', '_' or '.'");
+    }
+    if (report.gpus.empty() || report.gpus.size() > 64) {
+      return absl::InvalidArgumentError("gpus: between 1 and 64 GPUs");
+    }
+    if (report.cpu_milli < 0 || report.cpu_milli > (1LL << 40) || report.memory_mib < 0 ||
+        report.memory_mib > (1LL << 40)) {
+      return absl::InvalidArgumentError("cpu_milli and memory_mib: 0 or more, within reason");
+    }
+    std::set<int> indexes;
+    for (const NodeReport::Gpu& g : report.gpus) {
+      if (g.index < 0 || !indexes.insert(g.index).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("gpus: index ", g.index, " is negative or given twice"));
+      }
+      if (g.uuid.size() > 128) return absl::InvalidArgumentError("gpus: uuid too long");
+    }
+    if (absl::StatusOr<std::vector<device::GpuInfo>> gpus = GpusOf(report); !gpus.ok()) {
+      return gpus.status();
+    }
+    std::optional<NodeReport> before;
+    if (auto previous = remotes_.find(report.host); previous != remotes_.end()) {
+      before = previous->second;
+    }
+    NodeReport stored = report;
+    stored.seen_at = Now();
+    remotes_[report.host] = stored;
+    if (absl::StatusOr<place::Cluster> cluster = InventoryWithRemotes(); !cluster.ok()) {
+      if (before.has_value()) {
+        remotes_[report.host] = *before;
+      } else {
+        remotes_.erase(report.host);
+      }
+      return cluster.status();
+    }
+    Stage("DELETE FROM nodes WHERE host = ?", {report.host});
+    Stage("INSERT INTO nodes (host, report, seen_at) VALUES (?, ?, ?)",
+          {report.host, ReportJson(report).dump(), stored.seen_at});
+    // The inventory changes only when the GPUs do (an agent reports again at every start).
+    if (!before.has_value() || ReportJson(*before) != ReportJson(report)) {
+      Audited(caller, "", "node.report", report.host, "", ReportJson(report).dump());
+      if (absl::Status s = Replace(); !s.ok()) return s;
+      return GrantQueued().status();
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<NodeReport>> Service::Nodes(const Caller& caller) {
+  if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<NodeReport> out;
+  for (const auto& [host, report] : remotes_) out.push_back(report);
+  return out;
+}
+
+absl::StatusOr<std::vector<Assignment>> Service::Assignments(const Caller& caller,
+                                                             const std::string& host) {
+  if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!remotes_.contains(host)) {
+    return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
+  }
+  std::vector<Assignment> out;
+  for (const auto& [id, active] : active_) {
+    if (HostOf(active.lease.node) != host) continue;
+    out.push_back(Assignment{id, active.lease.node, active.lease.claims, active.lease.bound});
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::int64_t>> Service::ReportBound(
+    const Caller& caller, const std::string& host,
+    const std::map<std::int64_t, std::vector<BoundDevice>>& bound) {
+  return Changing([&]() -> absl::StatusOr<std::vector<std::int64_t>> {
+    if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
+    if (!remotes_.contains(host)) {
+      return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
+    }
+    for (const auto& [id, devices] : bound) {
+      for (const BoundDevice& d : devices) {
+        if (d.uuid.empty() || d.uuid.size() > 128) {
+          return absl::InvalidArgumentError(absl::StrCat("lease ", id, ": a device without uuid"));
+        }
+      }
+    }
+    std::vector<std::int64_t> ignored;
+    for (const auto& [id, devices] : bound) {
+      auto it = active_.find(id);
+      if (it == active_.end() || HostOf(it->second.lease.node) != host ||
+          devices.size() != it->second.lease.claims.size()) {
+        ignored.push_back(id);
+        continue;
+      }
+      Lease& lease = it->second.lease;
+      if (lease.bound == devices) continue;
+      lease.bound = devices;
+      Stage("UPDATE leases SET bound = ? WHERE id = ?", {BoundJson(devices).dump(), id});
+    }
+    return ignored;
+  });
 }
 
 }  // namespace gpuslice::alloc

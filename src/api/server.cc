@@ -99,9 +99,9 @@ absl::Status Field(const json& body, const char* name, T* out) {
   return absl::OkStatus();
 }
 
-json LeaseJson(const alloc::Lease& lease) {
+json BoundJson(const std::vector<alloc::BoundDevice>& devices) {
   json bound = json::array();
-  for (const alloc::BoundDevice& d : lease.bound) {
+  for (const alloc::BoundDevice& d : devices) {
     json device = {{"uuid", d.uuid}, {"gpu_uuid", d.gpu_uuid}, {"gpu_index", d.gpu_index}};
     if (d.gi >= 0) {
       device["gi"] = d.gi;
@@ -111,6 +111,22 @@ json LeaseJson(const alloc::Lease& lease) {
     if (d.share_milli > 0) device["share_milli"] = d.share_milli;
     bound.push_back(device);
   }
+  return bound;
+}
+
+// A nested object: an object with only these fields.
+absl::Status Only(const json& item, const std::set<std::string>& allowed, const char* where) {
+  if (!item.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": an object"));
+  for (const auto& [key, value] : item.items()) {
+    if (!allowed.contains(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown field '", key, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+json LeaseJson(const alloc::Lease& lease) {
+  const json bound = BoundJson(lease.bound);
   return {
       {"id", lease.id},
       {"tenant", lease.tenant},
@@ -350,11 +366,14 @@ void ApiServer::Routes() {
                                    Field(*body, "role", &role)}) {
              if (!st.ok()) return Fail(res, st);
            }
-           if (role != "tenant" && role != "admin") {
-             return Fail(res, absl::InvalidArgumentError("role: 'tenant' or 'admin'"));
+           if (role != "tenant" && role != "admin" && role != "agent") {
+             return Fail(res, absl::InvalidArgumentError("role: 'tenant', 'admin' or 'agent'"));
            }
-           absl::StatusOr<std::string> token = service.CreateUser(
-               caller, name, tenant, role == "admin" ? alloc::Role::kAdmin : alloc::Role::kTenant);
+           absl::StatusOr<std::string> token =
+               service.CreateUser(caller, name, tenant,
+                                  role == "admin"   ? alloc::Role::kAdmin
+                                  : role == "agent" ? alloc::Role::kAgent
+                                                    : alloc::Role::kTenant);
            if (!token.ok()) return Fail(res, token.status());
            Reply(res, 201, {{"name", name}, {"tenant", tenant}, {"role", role}, {"token", *token}});
          }));
@@ -447,6 +466,127 @@ void ApiServer::Routes() {
              Reply(res, 200, {{"cancelled", *id}});
            }));
 
+  // ---- agents: machines report their GPUs, fetch the leases to set up, report their devices
+  s.Put(
+      R"(/v1/nodes/([A-Za-z0-9._-]+))",
+      authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                        httplib::Response& res) {
+        absl::StatusOr<json> body = Body(req, {"cpu_milli", "memory_mib", "gpus"});
+        if (!body.ok()) return Fail(res, body.status());
+        alloc::NodeReport report;
+        report.host = req.matches[1].str();
+        for (absl::Status st : {Field(*body, "cpu_milli", &report.cpu_milli),
+                                Field(*body, "memory_mib", &report.memory_mib)}) {
+          if (!st.ok()) return Fail(res, st);
+        }
+        auto gpus = body->find("gpus");
+        if (gpus == body->end() || !gpus->is_array()) {
+          return Fail(res, absl::InvalidArgumentError("gpus: must be an array"));
+        }
+        for (const json& item : *gpus) {
+          if (absl::Status st = Only(item, {"index", "uuid", "model", "mig"}, "gpus[]"); !st.ok()) {
+            return Fail(res, st);
+          }
+          alloc::NodeReport::Gpu gpu;
+          for (absl::Status st : {Field(item, "index", &gpu.index), Field(item, "uuid", &gpu.uuid),
+                                  Field(item, "model", &gpu.model), Field(item, "mig", &gpu.mig)}) {
+            if (!st.ok()) return Fail(res, st);
+          }
+          report.gpus.push_back(gpu);
+        }
+        if (absl::Status st = service.ReportNode(caller, report); !st.ok()) return Fail(res, st);
+        const place::Cluster cluster = service.Occupancy();
+        json nodes = json::array();
+        for (int n = 0; n < cluster.node_count(); ++n) {
+          const std::string& name = cluster.spec(n).name;
+          if (name.rfind(report.host + "/", 0) == 0) nodes.push_back(name);
+        }
+        Reply(res, 200, {{"host", report.host}, {"nodes", nodes}});
+      }));
+  s.Get("/v1/nodes", authed([&service](const alloc::Caller& caller, const httplib::Request&,
+                                       httplib::Response& res) {
+          absl::StatusOr<std::vector<alloc::NodeReport>> nodes = service.Nodes(caller);
+          if (!nodes.ok()) return Fail(res, nodes.status());
+          json out = json::array();
+          for (const alloc::NodeReport& n : *nodes) {
+            json gpus = json::array();
+            for (const alloc::NodeReport::Gpu& g : n.gpus) {
+              gpus.push_back(
+                  {{"index", g.index}, {"uuid", g.uuid}, {"model", g.model}, {"mig", g.mig}});
+            }
+            out.push_back({{"host", n.host},
+                           {"cpu_milli", n.cpu_milli},
+                           {"memory_mib", n.memory_mib},
+                           {"gpus", gpus},
+                           {"seen_at", n.seen_at}});
+          }
+          Reply(res, 200, {{"nodes", out}});
+        }));
+  s.Get(R"(/v1/nodes/([A-Za-z0-9._-]+)/assignments)",
+        authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                          httplib::Response& res) {
+          absl::StatusOr<std::vector<alloc::Assignment>> assignments =
+              service.Assignments(caller, req.matches[1].str());
+          if (!assignments.ok()) return Fail(res, assignments.status());
+          json out = json::array();
+          for (const alloc::Assignment& a : *assignments) {
+            json claims = json::array();
+            for (const place::GpuClaim& c : a.claims) {
+              claims.push_back({{"gpu", c.gpu},
+                                {"milli", c.milli},
+                                {"vram_mib", c.vram_mib},
+                                {"mig_profile", c.mig_profile},
+                                {"mig_start", c.mig_start},
+                                {"whole", c.whole}});
+            }
+            out.push_back({{"lease", a.lease},
+                           {"node", a.node},
+                           {"claims", claims},
+                           {"bound", BoundJson(a.bound)}});
+          }
+          Reply(res, 200, {{"assignments", out}});
+        }));
+  s.Post(
+      R"(/v1/nodes/([A-Za-z0-9._-]+)/bound)",
+      authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                        httplib::Response& res) {
+        absl::StatusOr<json> body = Body(req, {"leases"});
+        if (!body.ok()) return Fail(res, body.status());
+        auto leases = body->find("leases");
+        if (leases == body->end() || !leases->is_object()) {
+          return Fail(res, absl::InvalidArgumentError(
+                               "leases: an object of lease id to a list of devices"));
+        }
+        std::map<std::int64_t, std::vector<alloc::BoundDevice>> bound;
+        for (const auto& [key, devices] : leases->items()) {
+          std::int64_t id = 0;
+          if (!absl::SimpleAtoi(key, &id) || id <= 0 || !devices.is_array()) {
+            return Fail(res, absl::InvalidArgumentError(absl::StrCat(
+                                 "leases.", key, ": a lease id mapping to a list of devices")));
+          }
+          for (const json& item : devices) {
+            if (absl::Status st = Only(
+                    item, {"uuid", "gpu_uuid", "gpu_index", "gi", "ci", "vram_mib", "share_milli"},
+                    "leases[]");
+                !st.ok()) {
+              return Fail(res, st);
+            }
+            alloc::BoundDevice d;
+            for (absl::Status st :
+                 {Field(item, "uuid", &d.uuid), Field(item, "gpu_uuid", &d.gpu_uuid),
+                  Field(item, "gpu_index", &d.gpu_index), Field(item, "gi", &d.gi),
+                  Field(item, "ci", &d.ci), Field(item, "vram_mib", &d.vram_mib),
+                  Field(item, "share_milli", &d.share_milli)}) {
+              if (!st.ok()) return Fail(res, st);
+            }
+            bound[id].push_back(d);
+          }
+        }
+        absl::StatusOr<std::vector<std::int64_t>> ignored =
+            service.ReportBound(caller, req.matches[1].str(), bound);
+        if (!ignored.ok()) return Fail(res, ignored.status());
+        Reply(res, 200, {{"ignored", *ignored}});
+      }));
   s.Get("/v1/audit", authed([&service](const alloc::Caller& caller, const httplib::Request& req,
                                        httplib::Response& res) {
           alloc::AuditQuery query;

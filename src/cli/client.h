@@ -21,10 +21,11 @@ struct Reply {
   nlohmann::json body;
 };
 
-// Calls the API. Returns 0 with the reply for a 2xx or a 409 (a refusal the caller explains);
-// otherwise prints the error and returns the exit code (2 unreachable, 3 not authorised, 1 else).
+// Calls the API. Returns 0 with the reply for a 2xx (and for a 409 when `conflict_is_answer`: an
+// acquire's refusal, which the caller explains); otherwise prints the error and returns the exit
+// code (2 unreachable, 3 not authorised, 1 else).
 int Call(const ClientOptions& options, const std::string& method, const std::string& path,
-         const nlohmann::json* body, Reply* reply);
+         const nlohmann::json* body, Reply* reply, bool conflict_is_answer = false);
 
 // --server, --token and --json.
 void AddConnection(CLI::App* cmd, ClientOptions& options);

@@ -29,7 +29,7 @@ std::string Env(const char* name) {
 }  // namespace
 
 int Call(const ClientOptions& options, const std::string& method, const std::string& path,
-         const json* body, Reply* reply) {
+         const json* body, Reply* reply, bool conflict_is_answer) {
   std::string server = !options.server.empty() ? options.server : Env("GPUSLICE_SERVER");
   if (server.empty()) server = "http://127.0.0.1:8470";
   std::string token = !options.token.empty() ? options.token : Env("GPUSLICE_TOKEN");
@@ -55,7 +55,7 @@ int Call(const ClientOptions& options, const std::string& method, const std::str
   }
   reply->status = result->status;
   reply->body = json::parse(result->body, nullptr, false);
-  if (result->status >= 400 && result->status != 409) {
+  if (result->status >= 400 && !(conflict_is_answer && result->status == 409)) {
     const std::string error =
         reply->body.is_object() ? reply->body.value("error", result->body) : result->body;
     PrintError(absl::StrCat(result->status, ": ", error));
@@ -158,7 +158,7 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
         if (o->vram > 0) body["vram_mib"] = o->vram;
         if (o->ttl > 0) body["ttl_s"] = o->ttl;
         Reply reply;
-        if (int rc = Call(o->c, "POST", "/v1/leases", &body, &reply); rc != 0) return rc;
+        if (int rc = Call(o->c, "POST", "/v1/leases", &body, &reply, true); rc != 0) return rc;
         if (o->c.json_output) {
           PrintJson(reply.body);
         } else if (reply.status == 201) {
@@ -365,6 +365,7 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
       ClientOptions c;
       std::string name, tenant;
       bool is_admin = false;
+      bool is_agent = false;
     };
     auto u = std::make_shared<UserOptions>();
     CLI::App* user =
@@ -373,10 +374,15 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
     user->add_option("name", u->name, "User name")->required();
     user->add_option("--tenant", u->tenant, "The user's tenant");
     user->add_flag("--admin", u->is_admin, "An administrator (no tenant)");
+    user->add_flag("--agent", u->is_agent,
+                   "A machine's agent (gpuslice agent): reports GPUs, sets up slices");
     user->callback([u, action] {
       *action = [u] {
-        json body = {
-            {"name", u->name}, {"tenant", u->tenant}, {"role", u->is_admin ? "admin" : "tenant"}};
+        json body = {{"name", u->name},
+                     {"tenant", u->tenant},
+                     {"role", u->is_admin   ? "admin"
+                              : u->is_agent ? "agent"
+                                            : "tenant"}};
         Reply reply;
         if (int rc = Call(u->c, "POST", "/v1/users", &body, &reply); rc != 0) return rc;
         if (u->c.json_output) {

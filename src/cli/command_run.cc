@@ -32,7 +32,7 @@ struct RunOptions {
   ClientOptions c;
   std::string class_name, profile, purpose;
   int share = 0;
-  std::int64_t vram = 0, ttl = 0, queue_timeout = 0;
+  std::int64_t vram = 0, ttl = 0, queue_timeout = 0, setup_timeout = 60;
   bool no_wait = false;
   std::vector<std::string> command;
 };
@@ -181,7 +181,7 @@ int Run(const RunOptions& o) {
   if (o.vram > 0) body["vram_mib"] = o.vram;
   if (o.ttl > 0) body["ttl_s"] = o.ttl;
   Reply reply;
-  if (int rc = Call(o.c, "POST", "/v1/leases", &body, &reply); rc != 0) return rc;
+  if (int rc = Call(o.c, "POST", "/v1/leases", &body, &reply, true); rc != 0) return rc;
   json lease;
   if (reply.status == 409) {
     std::cerr << "gpuslice run: refused: " << reply.body.value("error", std::string("?")) << "\n";
@@ -196,12 +196,25 @@ int Run(const RunOptions& o) {
   } else {
     lease = reply.body["lease"];
   }
-  if (!lease.contains("env") || lease["env"].empty()) {
-    Reply ignored;
-    (void)Call(o.c, "DELETE", absl::StrCat("/v1/leases/", lease["id"].get<std::int64_t>()), nullptr,
-               &ignored);
-    PrintError("the service names no devices for this lease (it runs without a device agent)");
-    return 1;
+  // A slice on another machine is set up by that machine's agent: wait for its devices.
+  const std::int64_t id = lease["id"].get<std::int64_t>();
+  const std::int64_t setup_deadline = EpochNow() + o.setup_timeout;
+  while (!lease.contains("env") || lease["env"].empty()) {
+    if (int s = g_signal.load(); s != 0 || EpochNow() >= setup_deadline) {
+      Reply ignored;
+      (void)Call(o.c, "DELETE", absl::StrCat("/v1/leases/", id), nullptr, &ignored);
+      if (s != 0) return 128 + s;
+      PrintError(absl::StrCat("lease ", id, " on ", lease.value("node", std::string("?")),
+                              ": its devices were not set up within ", o.setup_timeout,
+                              " s; is `gpuslice agent` running on that machine? (released)"));
+      return 1;
+    }
+    Sleep(500);
+    Reply again;
+    if (int rc = Call(o.c, "GET", absl::StrCat("/v1/leases/", id), nullptr, &again); rc != 0) {
+      return rc;
+    }
+    lease = again.body;
   }
   return RunCommand(o, lease);
 }
@@ -219,7 +232,8 @@ int GetLease(const ClientOptions& c, std::int64_t id, json* lease) {
     return 1;
   }
   if (!lease->contains("env") || (*lease)["env"].empty()) {
-    PrintError(absl::StrCat("lease ", id, " has no devices named (the service has no agent)"));
+    PrintError(
+        absl::StrCat("lease ", id, " has no devices yet: its machine's agent has not set it up"));
     return 1;
   }
   return kExitOk;
@@ -246,6 +260,9 @@ void AddRunCommands(CLI::App& app, const GlobalOptions& global, Action* action) 
     cmd->add_flag("--no-wait", o->no_wait, "Fail instead of queueing when there is no room now");
     cmd->add_option("--queue-timeout", o->queue_timeout,
                     "Give up after waiting this many seconds in the queue (0: wait on)");
+    cmd->add_option("--setup-timeout", o->setup_timeout,
+                    "Seconds to wait for another machine's agent to set the slice up")
+        ->capture_default_str();
     cmd->add_option("command", o->command, "The command and its arguments, after --")->required();
     cmd->callback([o, action] { *action = [o] { return Run(*o); }; });
   }

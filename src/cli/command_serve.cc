@@ -38,18 +38,6 @@ struct ServeOptions {
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 
-std::int64_t MachineMemoryMib() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page / (1024 * 1024) : 65536;
-}
-
-std::string Hostname() {
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return "localhost";
-  return name;
-}
-
 int RunServe(const GlobalOptions& global, const ServeOptions& options) {
   const hw::Catalog* catalog = LoadCatalog(global);
   if (catalog == nullptr) return kExitBadInput;
@@ -80,7 +68,9 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
   const std::string fleet =
       options.sim_fleet.empty() ? "4xH100-80GB,4xA100-80GB" : options.sim_fleet;
   if (simulated) {
-    absl::StatusOr<device::sim::SimState> state = device::sim::NewMachine(*catalog, fleet);
+    // Seeded by the host name, so that simulated machines have distinct UUIDs.
+    absl::StatusOr<device::sim::SimState> state =
+        device::sim::NewMachine(*catalog, fleet, std::hash<std::string>{}(Hostname()) | 1);
     if (!state.ok()) {
       PrintError(absl::StrCat("--sim-fleet: ", std::string(state.status().message())));
       return kExitBadInput;
@@ -102,10 +92,8 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
     source = absl::StrCat("a SIMULATED fleet (", fleet, ")",
                           options.sim_fleet.empty() ? ": no NVIDIA driver found" : "");
   }
-  absl::StatusOr<place::Cluster> inventory = alloc::InventoryFromGpus(
-      Hostname(), gpus,
-      static_cast<std::int64_t>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))) * 1000,
-      MachineMemoryMib(), simulated);
+  absl::StatusOr<place::Cluster> inventory =
+      alloc::InventoryFromGpus(Hostname(), gpus, MachineCpuMilli(), MachineMemoryMib(), simulated);
   if (!inventory.ok()) {
     PrintError(std::string(inventory.status().message()));
     return 1;

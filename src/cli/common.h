@@ -72,6 +72,11 @@ nlohmann::json ProfileJson(const hw::MigSpec& mig, const hw::GiProfile& profile)
 void PrintJson(const nlohmann::json& value);
 void PrintError(const std::string& message);
 
+// This machine: its host name, memory (MiB) and CPUs (milli-cores).
+std::string Hostname();
+std::int64_t MachineMemoryMib();
+std::int64_t MachineCpuMilli();
+
 // Subcommand registration (one file each).
 void AddGpusCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddProfilesCommand(CLI::App& app, const GlobalOptions& global, Action* action);
@@ -82,6 +87,7 @@ void AddReplayCommand(CLI::App& app, const GlobalOptions& global, Action* action
 void AddServeCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddRunCommands(CLI::App& app, const GlobalOptions& global, Action* action);
+void AddAgentCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddApplyCommands(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddStatusCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddDoctorCommand(CLI::App& app, const GlobalOptions& global, Action* action);

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   AddServeCommand(app, global, &action);
   AddClientCommands(app, global, &action);
   AddRunCommands(app, global, &action);
+  AddAgentCommand(app, global, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

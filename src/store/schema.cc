@@ -44,6 +44,11 @@ const std::vector<std::vector<std::string>>& Steps() {
           "ALTER TABLE leases ADD COLUMN bound TEXT NOT NULL DEFAULT '[]'",
           "ALTER TABLE leases ADD COLUMN from_queue BIGINT NOT NULL DEFAULT 0",
       },
+      // 3: machines reported by agents (gpuslice agent), with their GPUs as JSON.
+      {
+          "CREATE TABLE nodes (host TEXT PRIMARY KEY, report TEXT NOT NULL, seen_at BIGINT NOT "
+          "NULL)",
+      },
   };
   return steps;
 }

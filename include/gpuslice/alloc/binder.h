@@ -49,6 +49,8 @@ class DeviceBinder {
   // Undoes Bind. FailedPrecondition (naming the processes) when an instance is still in use and
   // was left in place.
   virtual absl::Status Unbind(const std::vector<BoundDevice>& devices) = 0;
+  // Whether placement node `node` is on this binder's machine.
+  virtual bool Handles(const std::string& node) const = 0;
 };
 
 // A binder over `backend` for an inventory built by InventoryFromGpus from `gpus`: GPU g of node

@@ -53,11 +53,13 @@
 
 namespace gpuslice::alloc {
 
-enum class Role { kAdmin, kTenant };
+// Admins run the service; tenants' users take slices; agents (`gpuslice agent`) report their
+// machine's GPUs and set up the slices granted on it.
+enum class Role { kAdmin, kTenant, kAgent };
 
 struct Caller {
   std::string user;
-  std::string tenant;  // empty for admins
+  std::string tenant;  // empty for admins and agents
   Role role = Role::kTenant;
 };
 
@@ -147,6 +149,30 @@ struct AuditQuery {
   int limit = 1000;
 };
 
+// A machine's GPUs as its agent reports them. Its placement nodes are "<host>/<model>[-mig]" (see
+// InventoryFromGpus); GPUs of MIG-capable models in MIG mode are handed out as MIG instances.
+struct NodeReport {
+  std::string host;
+  std::int64_t cpu_milli = 0;
+  std::int64_t memory_mib = 0;
+  struct Gpu {
+    int index = 0;
+    std::string uuid;
+    std::string model;  // catalog id, e.g. "H100-80GB"
+    bool mig = false;   // MIG mode on
+  };
+  std::vector<Gpu> gpus;
+  std::int64_t seen_at = 0;  // set by the service
+};
+
+// A lease an agent must set up on its machine.
+struct Assignment {
+  std::int64_t lease = 0;
+  std::string node;
+  std::vector<place::GpuClaim> claims;
+  std::vector<BoundDevice> bound;  // as last reported (empty until the agent has set it up)
+};
+
 struct ServiceOptions {
   std::function<std::int64_t()> clock;  // epoch seconds; default: the system clock
   std::string policy = "gpuslice";      // placement policy
@@ -203,6 +229,21 @@ class Service {
 
   // The inventory as given to Open, without leases (it never changes).
   const place::Cluster& inventory() const { return inventory_; }
+
+  // ---- agents (admin or agent role)
+  // Adds or replaces a machine's GPUs in the inventory. Active leases on its nodes stay where they
+  // are when they still fit; those that do not are ended as "lost" and audited. The report is
+  // kept in the store, so the machine stays in the inventory across restarts.
+  absl::Status ReportNode(const Caller& caller, const NodeReport& report);
+  absl::StatusOr<std::vector<NodeReport>> Nodes(const Caller& caller);
+  // The active leases on `host`'s nodes, with their claims and what was reported bound.
+  absl::StatusOr<std::vector<Assignment>> Assignments(const Caller& caller,
+                                                      const std::string& host);
+  // The agent set these leases up: records their devices (leases not active or not on `host`
+  // are ignored and returned, so the agent can undo them).
+  absl::StatusOr<std::vector<std::int64_t>> ReportBound(
+      const Caller& caller, const std::string& host,
+      const std::map<std::int64_t, std::vector<BoundDevice>>& bound);
   // A copy of the inventory with every active lease placed on it.
   place::Cluster Occupancy();
   std::string_view store_kind() const { return db_->kind(); }
@@ -249,6 +290,14 @@ class Service {
   Lease MakeLease(const place::Allocation& allocation, const std::string& tenant,
                   const std::string& user, const std::string& class_name,
                   const std::string& purpose, std::int64_t ttl_s);
+  // The inventory: the local one plus every reported machine, in host order.
+  absl::StatusOr<place::Cluster> InventoryWithRemotes() const;
+  // Rebuilds the engine on InventoryWithRemotes() and places the active leases on it again; those
+  // that no longer fit are ended as lost.
+  absl::Status Replace();
+  // Binds a new lease's claims when the node is this machine's; remote leases are set up by their
+  // agent later. False (and the placement released) when binding failed; `why` says why.
+  bool BindNew(const place::Allocation& allocation, Lease* lease, std::string* why);
   // Stages the row of a new active lease.
   void InsertLease(const Lease& lease, const AcquireRequest& request);
   absl::Status EndLease(std::int64_t lease_id, const std::string& state, const Caller& actor);
@@ -270,12 +319,16 @@ class Service {
   std::map<std::string, TenantSpec> tenants_;
   std::map<std::string, ClassSpec> classes_;
   std::map<std::string, Caller> users_by_token_hash_;
+  std::map<std::string, NodeReport> remotes_;  // by host
   std::set<std::string> user_names_;
   struct Active {
     Lease lease;
     place::Allocation allocation;
   };
   std::map<std::int64_t, Active> active_;
+  // Ended leases whose instances processes still hold: their slots stay taken until Tick can
+  // tear the instances down (lost on restart; the binder then refuses those placements).
+  std::map<std::int64_t, Active> draining_;
   struct Queued {
     QueueEntry entry;
     AcquireRequest request;

@@ -1,0 +1,324 @@
+// `gpuslice agent --server URL`: the agent of one machine. It reports the machine's GPUs to the
+// allocation service, then, every --interval seconds, sets up the slices the service granted on
+// this machine (MIG instances at their exact placements, through the device backend), reports
+// their device UUIDs back, and tears down the instances of leases that ended (an instance with
+// processes on it stays until they are gone). The agent owns the MIG layout of the GPUs it hands
+// out as MIG: idle instances no lease holds are destroyed so that any placement can be made.
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <iostream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client.h"
+#include "common.h"
+#include "gpuslice/alloc/binder.h"
+#include "gpuslice/alloc/inventory.h"
+#include "gpuslice/device/nvml_backend.h"
+#include "gpuslice/device/sim_backend.h"
+#include "gpuslice/device/sim_machine.h"
+
+namespace gpuslice::cli {
+namespace {
+
+using nlohmann::json;
+
+std::atomic<bool> g_stop{false};
+void OnStop(int) { g_stop = true; }
+
+struct AgentOptions {
+  ClientOptions c;
+  std::string host;
+  std::string sim_fleet;
+  std::string sim_state;
+  int interval_s = 2;
+  bool once = false;
+};
+
+std::string Log() { return "gpuslice agent: "; }
+
+json BoundJson(const std::vector<alloc::BoundDevice>& devices) {
+  json out = json::array();
+  for (const alloc::BoundDevice& d : devices) {
+    out.push_back({{"uuid", d.uuid},
+                   {"gpu_uuid", d.gpu_uuid},
+                   {"gpu_index", d.gpu_index},
+                   {"gi", d.gi},
+                   {"ci", d.ci},
+                   {"vram_mib", d.vram_mib},
+                   {"share_milli", d.share_milli}});
+  }
+  return out;
+}
+
+std::vector<alloc::BoundDevice> BoundFromJson(const json& j) {
+  std::vector<alloc::BoundDevice> out;
+  if (!j.is_array()) return out;
+  for (const json& d : j) {
+    alloc::BoundDevice device;
+    device.uuid = d.value("uuid", "");
+    device.gpu_uuid = d.value("gpu_uuid", "");
+    device.gpu_index = d.value("gpu_index", -1);
+    device.gi = d.value("gi", -1);
+    device.ci = d.value("ci", -1);
+    device.vram_mib = d.value("vram_mib", std::int64_t{0});
+    device.share_milli = d.value("share_milli", 0);
+    out.push_back(device);
+  }
+  return out;
+}
+
+class Agent {
+ public:
+  Agent(const AgentOptions& options, std::shared_ptr<device::Backend> backend,
+        std::vector<device::GpuInfo> gpus)
+      : o_(options), backend_(std::move(backend)), gpus_(std::move(gpus)) {}
+
+  // Reports the GPUs; builds the placement view the service will have of this machine.
+  int Report() {
+    json gpus = json::array();
+    for (const device::GpuInfo& g : gpus_) {
+      gpus.push_back({{"index", g.index},
+                      {"uuid", g.uuid},
+                      {"model", g.model->id},
+                      {"mig", g.mig_current == device::MigMode::kEnabled}});
+    }
+    json body = {
+        {"cpu_milli", MachineCpuMilli()}, {"memory_mib", MachineMemoryMib()}, {"gpus", gpus}};
+    Reply reply;
+    if (int rc = Call(o_.c, "PUT", "/v1/nodes/" + o_.host, &body, &reply); rc != 0) return rc;
+    absl::StatusOr<place::Cluster> cluster = alloc::InventoryFromGpus(
+        o_.host, gpus_, MachineCpuMilli(), MachineMemoryMib(), /*mig_if_capable=*/false);
+    if (!cluster.ok()) {
+      PrintError(std::string(cluster.status().message()));
+      return 1;
+    }
+    cluster_ = std::make_unique<place::Cluster>(*std::move(cluster));
+    binder_ = alloc::MakeBackendBinder(backend_, o_.host, gpus_, false);
+    std::cerr << Log() << "reported " << gpus_.size() << " GPUs of " << o_.host << " as "
+              << reply.body["nodes"].dump() << "\n";
+    return kExitOk;
+  }
+
+  // One round: set up what is assigned, report it, tear down what ended. Returns an exit code
+  // only for errors that end the agent (a refused token); others are logged and retried.
+  int Sync() {
+    Reply reply;
+    if (int rc = Call(o_.c, "GET", "/v1/nodes/" + o_.host + "/assignments", nullptr, &reply);
+        rc != 0) {
+      return rc == 3 ? rc : kExitOk;
+    }
+    std::map<std::string, int> node_index;
+    for (int n = 0; n < cluster_->node_count(); ++n) node_index[cluster_->spec(n).name] = n;
+    json report = json::object();
+    std::set<std::int64_t> assigned;
+    for (const json& a : reply.body["assignments"]) {
+      const std::int64_t lease = a["lease"].get<std::int64_t>();
+      assigned.insert(lease);
+      auto node = node_index.find(a["node"].get<std::string>());
+      if (node == node_index.end()) {
+        std::cerr << Log() << "lease " << lease << " is on " << a["node"].get<std::string>()
+                  << ", which this machine does not have; report again\n";
+        continue;
+      }
+      std::vector<place::GpuClaim> claims;
+      for (const json& c : a["claims"]) {
+        place::GpuClaim claim;
+        claim.gpu = c.value("gpu", 0);
+        claim.milli = c.value("milli", 0);
+        claim.vram_mib = c.value("vram_mib", std::int64_t{0});
+        claim.mig_profile = c.value("mig_profile", -1);
+        claim.mig_start = c.value("mig_start", -1);
+        claim.whole = c.value("whole", false);
+        claims.push_back(claim);
+      }
+      absl::StatusOr<std::vector<alloc::BoundDevice>> bound =
+          binder_->Bind(*cluster_, node->second, claims,
+                        // A lease set up before (by this agent or an earlier one) may find its
+                        // instance busy; a new one must not take over an instance in use.
+                        held_.contains(lease) || !BoundFromJson(a["bound"]).empty());
+      if (!bound.ok()) {
+        std::cerr << Log() << "lease " << lease << ": " << bound.status().message() << "\n";
+        continue;
+      }
+      held_[lease] = *bound;
+      if (BoundFromJson(a["bound"]) != *bound) report[std::to_string(lease)] = BoundJson(*bound);
+    }
+    if (!report.empty()) {
+      json body = {{"leases", report}};
+      Reply done;
+      if (Call(o_.c, "POST", "/v1/nodes/" + o_.host + "/bound", &body, &done) == 0) {
+        std::cerr << Log() << "set up " << report.size() << " lease(s)\n";
+        for (const json& id : done.body["ignored"]) assigned.erase(id.get<std::int64_t>());
+      }
+    }
+    // Leases that ended: their instances go (busy ones stay until their processes are gone).
+    for (auto it = held_.begin(); it != held_.end();) {
+      if (assigned.contains(it->first)) {
+        ++it;
+        continue;
+      }
+      if (absl::Status s = binder_->Unbind(it->second); !s.ok()) {
+        std::cerr << Log() << "lease " << it->first << " ended: " << s.message() << "\n";
+        ++it;
+        continue;
+      }
+      std::cerr << Log() << "lease " << it->first << " ended: its devices are torn down\n";
+      it = held_.erase(it);
+    }
+    CollectIdle();
+    return kExitOk;
+  }
+
+ private:
+  // Destroys idle MIG instances that no lease holds (left by an earlier agent or by hand).
+  void CollectIdle() {
+    std::set<std::pair<int, int>> held;  // (gpu index, gi)
+    for (const auto& [lease, devices] : held_) {
+      for (const alloc::BoundDevice& d : devices) held.insert({d.gpu_index, d.gi});
+    }
+    for (const device::GpuInfo& gpu : gpus_) {
+      if (gpu.mig_current != device::MigMode::kEnabled) continue;
+      absl::StatusOr<std::vector<device::GpuInstanceInfo>> gis =
+          backend_->ListGpuInstances(gpu.index);
+      absl::StatusOr<std::vector<device::ProcessInfo>> processes =
+          backend_->ListProcesses(gpu.index);
+      if (!gis.ok() || !processes.ok()) continue;
+      for (const device::GpuInstanceInfo& gi : *gis) {
+        if (held.contains({gpu.index, gi.id})) continue;
+        const bool busy = std::any_of(processes->begin(), processes->end(),
+                                      [&](const device::ProcessInfo& p) { return p.gi == gi.id; });
+        if (busy) continue;
+        absl::StatusOr<std::vector<device::ComputeInstanceInfo>> cis =
+            backend_->ListComputeInstances(gpu.index, gi.id);
+        if (!cis.ok()) continue;
+        for (const device::ComputeInstanceInfo& ci : *cis) {
+          (void)backend_->DestroyComputeInstance(gpu.index, gi.id, ci.id);
+        }
+        if (backend_->DestroyGpuInstance(gpu.index, gi.id).ok()) {
+          std::cerr << Log() << "removed idle GPU instance " << gi.id << " on GPU " << gpu.index
+                    << " that no lease holds\n";
+        }
+      }
+    }
+  }
+
+  const AgentOptions& o_;
+  std::shared_ptr<device::Backend> backend_;
+  std::vector<device::GpuInfo> gpus_;
+  std::unique_ptr<place::Cluster> cluster_;
+  std::unique_ptr<alloc::DeviceBinder> binder_;
+  std::map<std::int64_t, std::vector<alloc::BoundDevice>> held_;
+};
+
+int RunAgent(const GlobalOptions& global, const AgentOptions& o) {
+  const hw::Catalog* catalog = LoadCatalog(global);
+  if (catalog == nullptr) return kExitBadInput;
+  if (!o.sim_fleet.empty() && !o.sim_state.empty()) {
+    PrintError("give --sim-fleet or --sim-state, not both");
+    return kExitBadInput;
+  }
+  std::shared_ptr<device::Backend> backend;
+  if (!o.sim_state.empty()) {
+    absl::StatusOr<std::unique_ptr<device::SimBackend>> sim =
+        device::SimBackend::OpenFile(o.sim_state, *catalog);
+    if (!sim.ok()) {
+      PrintError(absl::StrCat("--sim-state: ", sim.status().message()));
+      return kExitBadInput;
+    }
+    backend = *std::move(sim);
+  } else if (!o.sim_fleet.empty()) {
+    // Seeded by the host name, so that simulated machines have distinct UUIDs.
+    absl::StatusOr<device::sim::SimState> state =
+        device::sim::NewMachine(*catalog, o.sim_fleet, std::hash<std::string>{}(o.host) | 1);
+    if (!state.ok()) {
+      PrintError(absl::StrCat("--sim-fleet: ", state.status().message()));
+      return kExitBadInput;
+    }
+    for (device::sim::SimGpu& gpu : state->gpus) {
+      if (gpu.mig_capable) {
+        gpu.mig_current = device::MigMode::kEnabled;
+        gpu.mig_pending = device::MigMode::kEnabled;
+      }
+    }
+    backend = std::make_shared<device::SimBackend>(*std::move(state), *catalog);
+  } else {
+    absl::StatusOr<std::unique_ptr<device::NvmlBackend>> nvml = device::NvmlBackend::Load(*catalog);
+    if (!nvml.ok()) {
+      PrintError(absl::StrCat("no NVIDIA driver: ", nvml.status().message(),
+                              " (for a simulated machine, give --sim-fleet or --sim-state)"));
+      return 1;
+    }
+    backend = *std::move(nvml);
+  }
+  absl::StatusOr<std::vector<device::GpuInfo>> listed = backend->ListGpus();
+  if (!listed.ok()) {
+    PrintError(std::string(listed.status().message()));
+    return 1;
+  }
+  std::vector<device::GpuInfo> gpus;
+  for (const device::GpuInfo& g : *listed) {
+    if (g.model == nullptr) {
+      std::cerr << Log() << "GPU " << g.index << " (" << g.name
+                << ") is not in the catalog; not reported\n";
+      continue;
+    }
+    gpus.push_back(g);
+  }
+  if (gpus.empty()) {
+    PrintError("no GPUs to report");
+    return 1;
+  }
+  std::cerr << Log() << backend->Describe() << ", " << gpus.size() << " GPUs, host " << o.host
+            << "\n";
+  Agent agent(o, backend, gpus);
+  std::signal(SIGINT, OnStop);
+  std::signal(SIGTERM, OnStop);
+  while (!g_stop) {  // until the service takes the report (it may not be up yet)
+    const int rc = agent.Report();
+    if (rc == kExitOk) break;
+    if (rc == 3 || o.once) return rc;
+    std::this_thread::sleep_for(std::chrono::seconds(o.interval_s));
+  }
+  auto last_report = std::chrono::steady_clock::now();
+  while (!g_stop) {
+    if (int rc = agent.Sync(); rc != 0) return rc;
+    if (o.once) break;
+    for (int i = 0; i < o.interval_s * 10 && !g_stop; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (std::chrono::steady_clock::now() - last_report > std::chrono::seconds(30)) {
+      (void)agent.Report();  // the service may have restarted on a fresh store
+      last_report = std::chrono::steady_clock::now();
+    }
+  }
+  std::cerr << Log() << "stopped\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddAgentCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
+  auto o = std::make_shared<AgentOptions>();
+  o->host = Hostname();
+  CLI::App* cmd = app.add_subcommand(
+      "agent",
+      "Report this machine's GPUs to a gpuslice serve and set up the slices it grants here "
+      "(MIG instances at their placements), tearing them down when the leases end");
+  AddConnection(cmd, o->c);
+  cmd->add_option("--host", o->host, "This machine's name in the service")->capture_default_str();
+  cmd->add_option("--sim-fleet", o->sim_fleet,
+                  "A simulated machine instead of NVML, e.g. 2xH100-80GB (MIG on where possible)");
+  cmd->add_option("--sim-state", o->sim_state,
+                  "A simulated machine kept in a state file (see gpuslice sim)");
+  cmd->add_option("--interval", o->interval_s, "Seconds between rounds")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 600));
+  cmd->add_flag("--once", o->once, "Report and do one round, then exit");
+  cmd->callback([o, action, &global] { *action = [o, &global] { return RunAgent(global, *o); }; });
+}
+
+}  // namespace gpuslice::cli
