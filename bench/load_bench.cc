@@ -146,6 +146,7 @@ int Run(const Options& o) {
     threads.emplace_back([&, c] {
       httplib::Client client("127.0.0.1", server.port());
       client.set_keep_alive(true);
+      client.set_tcp_nodelay(true);
       const httplib::Headers headers = {
           {"Authorization", "Bearer " + tokens[static_cast<size_t>(c) % tokens.size()]}};
       const std::string body = R"({"class":"small","purpose":"load benchmark","wait":false})";

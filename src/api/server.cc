@@ -204,10 +204,16 @@ void ApiServer::Routes() {
   s.set_keep_alive_timeout(2);
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let a second server
   // share the port silently.
-  s.set_socket_options([](socket_t sock) {
+  s.set_socket_options([this](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_socket_ = sock;
   });
+  // Replies leave at once (no Nagle delay against the client's delayed ACK), and a client keeps
+  // its connection for as many requests as it likes: reconnecting storms would overflow the
+  // listen backlog, which the library fixes at 5 (Start raises it).
+  s.set_tcp_nodelay(true);
+  s.set_keep_alive_max_count(1000000);
   // The size limit holds for what is parsed, not only for Content-Length: no chunked or
   // compressed request bodies (they are refused before the body is read).
   s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -643,6 +649,9 @@ absl::Status ApiServer::Start() {
     }
     port_ = options_.port;
   }
+  // The library listens with a backlog of 5; many clients connecting at once would have their
+  // SYNs dropped and retried a second later. Listening again on the socket raises the backlog.
+  if (listen_socket_ >= 0) ::listen(listen_socket_, SOMAXCONN);
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   // Serving before returning, so that Stop() right away cannot miss the listener.
   for (int i = 0; i < 500 && !server_->is_running(); ++i) {

@@ -39,6 +39,7 @@ int Call(const ClientOptions& options, const std::string& method, const std::str
   }
   httplib::Client client(server);
   client.set_connection_timeout(5);
+  client.set_tcp_nodelay(true);
   client.set_read_timeout(30);
   httplib::Headers headers;
   if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);

@@ -59,6 +59,7 @@ class ApiServer {
   ServerOptions options_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
+  int listen_socket_ = -1;
   int port_ = 0;
 };
 
