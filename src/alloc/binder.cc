@@ -70,6 +70,19 @@ class BackendBinder final : public DeviceBinder {
 
   bool Handles(const std::string& node) const override { return gpus_by_node_.contains(node); }
 
+  absl::StatusOr<bool> Busy(const std::vector<BoundDevice>& devices) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const BoundDevice& device : devices) {
+      absl::StatusOr<std::vector<device::ProcessInfo>> processes =
+          backend_->ListProcesses(device.gpu_index);
+      if (!processes.ok()) return processes.status();
+      for (const device::ProcessInfo& p : *processes) {
+        if (device.gi < 0 || p.gi == device.gi) return true;
+      }
+    }
+    return false;
+  }
+
   absl::Status Unbind(const std::vector<BoundDevice>& devices) override {
     std::lock_guard<std::mutex> lock(mutex_);
     return UnbindLocked(devices);
@@ -184,6 +197,21 @@ class BackendBinder final : public DeviceBinder {
 };
 
 }  // namespace
+
+std::int64_t IdleTracker::IdleSeconds(std::int64_t lease, const std::string& node,
+                                      const std::vector<BoundDevice>& devices, std::int64_t now) {
+  if (binder_ == nullptr || devices.empty() || !binder_->Handles(node)) return -1;
+  absl::StatusOr<bool> busy = binder_->Busy(devices);
+  if (!busy.ok()) return -1;
+  if (*busy) {
+    idle_since_.erase(lease);
+    return 0;
+  }
+  const std::int64_t since = idle_since_.emplace(lease, now).first->second;
+  // Forget leases that ended (their ids are never reused).
+  if (idle_since_.size() > 100000) idle_since_.erase(idle_since_.begin());
+  return now - since;
+}
 
 std::unique_ptr<DeviceBinder> MakeBackendBinder(std::shared_ptr<device::Backend> backend,
                                                 const std::string& host,

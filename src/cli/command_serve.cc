@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "client.h"
 #include "common.h"
 #include "gpuslice/alloc/binder.h"
 #include "gpuslice/alloc/inventory.h"
@@ -107,6 +108,8 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
   alloc::ServiceOptions service_options;
   service_options.policy = options.policy;
   service_options.binder = alloc::MakeBackendBinder(backend, Hostname(), gpus, simulated);
+  // Idle reclaim: a lease with no process on its devices for its class's idle timeout.
+  alloc::IdleTracker idle(service_options.binder);
   absl::StatusOr<std::unique_ptr<alloc::Service>> service =
       alloc::Service::Open(*std::move(db), *std::move(inventory), service_options);
   if (!service.ok()) {
@@ -165,7 +168,11 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if (std::chrono::steady_clock::now() - last_tick >= std::chrono::seconds(options.tick_s)) {
       last_tick = std::chrono::steady_clock::now();
-      if (absl::StatusOr<int> ended = (*service)->Tick(); !ended.ok()) {
+      const std::int64_t now = EpochNow();
+      absl::StatusOr<int> ended = (*service)->Tick([&](const alloc::Lease& lease) {
+        return idle.IdleSeconds(lease.id, lease.node, lease.bound, now);
+      });
+      if (!ended.ok()) {
         std::cerr << "gpuslice serve: tick: " << ended.status().message() << "\n";
       }
     }

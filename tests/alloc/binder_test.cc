@@ -777,3 +777,44 @@ TEST_F(ServiceBinderTest, NoTwoActiveLeasesEverShareADevice) {
 
 }  // namespace
 }  // namespace gpuslice::alloc
+
+namespace gpuslice::alloc {
+namespace {
+
+// Idle reclaim from the device backend: a small lease (idle timeout 3600 s by default) is taken
+// back only after an hour with no process on its instance; a process resets the count.
+TEST_F(ServiceBinderTest, IdleLeasesAreReclaimedFromTheDevicesProcesses) {
+  Start();
+  const Caller ann = AddTenant("team-a");
+  const Lease idle = Grant(ann, Request("small", "notebook left open"));
+  const Lease busy = Grant(ann, Request("small", "training"));
+  ASSERT_THAT(busy.bound, SizeIs(1));
+  machine_->AddProcess(busy.bound[0].gpu_index, 7001, busy.bound[0].gi, busy.bound[0].ci);
+  IdleTracker tracker(machine_->binder);
+  auto probe = [&](const Lease& lease) {
+    return tracker.IdleSeconds(lease.id, lease.node, lease.bound, clock_.now());
+  };
+  ASSERT_TRUE(service_->Tick(probe).ok());  // both first seen now
+  EXPECT_EQ(probe(LeaseOf(busy.id)), 0);
+  clock_.Advance(1800);
+  EXPECT_EQ(probe(LeaseOf(idle.id)), 1800);
+  ASSERT_TRUE(service_->Tick(probe).ok());
+  EXPECT_EQ(LeaseOf(idle.id).state, "active");  // half an hour is not enough
+  // A process on the idle one resets its count.
+  machine_->AddProcess(idle.bound[0].gpu_index, 7002, idle.bound[0].gi, idle.bound[0].ci);
+  ASSERT_TRUE(service_->Tick(probe).ok());
+  machine_->RemoveProcess(7002);
+  clock_.Advance(1800);
+  ASSERT_TRUE(service_->Tick(probe).ok());
+  EXPECT_EQ(LeaseOf(idle.id).state, "active");  // idle for 0 s of the last 1800
+  clock_.Advance(3600);
+  ASSERT_TRUE(service_->Tick(probe).ok());
+  EXPECT_EQ(LeaseOf(idle.id).state, "reclaimed");
+  EXPECT_EQ(LeaseOf(busy.id).state, "active");  // its process kept it
+  // A lease of another machine, or without devices, is unknown to the tracker.
+  EXPECT_EQ(tracker.IdleSeconds(99, "elsewhere/H100-80GB-mig", busy.bound, clock_.now()), -1);
+  EXPECT_EQ(tracker.IdleSeconds(99, busy.node, {}, clock_.now()), -1);
+}
+
+}  // namespace
+}  // namespace gpuslice::alloc

@@ -12,6 +12,7 @@
 // Thread-safety: a DeviceBinder serialises its own backend calls.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,24 @@ class DeviceBinder {
   virtual absl::Status Unbind(const std::vector<BoundDevice>& devices) = 0;
   // Whether placement node `node` is on this binder's machine.
   virtual bool Handles(const std::string& node) const = 0;
+  // Whether any process runs on the devices (for MIG, on the lease's instances; for a whole GPU
+  // or a share, on the GPU, so a shared GPU in use by anyone counts as busy). A process's memory
+  // is its use; with no process, no memory is in use.
+  virtual absl::StatusOr<bool> Busy(const std::vector<BoundDevice>& devices) = 0;
+};
+
+// How long each lease of this machine has been idle, for Service::Tick's idle reclaim: 0 while
+// busy, the seconds since it was first seen idle otherwise, -1 when unknown (a lease of another
+// machine, or a device query that failed). Not thread-safe: Tick calls it under the service's lock.
+class IdleTracker {
+ public:
+  explicit IdleTracker(std::shared_ptr<DeviceBinder> binder) : binder_(std::move(binder)) {}
+  std::int64_t IdleSeconds(std::int64_t lease, const std::string& node,
+                           const std::vector<BoundDevice>& devices, std::int64_t now);
+
+ private:
+  std::shared_ptr<DeviceBinder> binder_;
+  std::map<std::int64_t, std::int64_t> idle_since_;
 };
 
 // A binder over `backend` for an inventory built by InventoryFromGpus from `gpus`: GPU g of node
