@@ -4,11 +4,11 @@
 // database on the same machine (one INSERT + COMMIT at a time), so the service's cost is a ratio.
 //
 //   load_bench --store sqlite|postgres [--url postgres://...] [--clients N] [--seconds S]
-//              [--dir DIR]
+//              [--dir DIR] [--policy NAME]
 //
 // Each client loops: POST /v1/leases {"class":"small"} (timed: the acquire latency), then
-// DELETE /v1/leases/{id}. ops_per_s counts both calls. The fleet is simulated: 64 A100-80GB in MIG
-// mode (448 small slices), so acquires never queue. Ends with one line:
+// DELETE /v1/leases/{id}. ops_per_s counts both calls. The fleet is simulated: 8 machines of 8
+// A100-80GB in MIG mode (448 small slices), so acquires never queue. Ends with one line:
 //   load <sqlite|postgres> clients=<n> ops_per_s=<x> p50_ms=<y> p99_ms=<z> raw_txn_per_s=<w>
 // Exit status: 0 done, 1 a request failed, 2 bad usage.
 #include <httplib.h>
@@ -40,11 +40,13 @@ struct Options {
   int clients = 32;
   double seconds = 5;
   std::string dir;
+  std::string policy = "gpuslice";
 };
 
 int Usage(const std::string& message) {
   if (!message.empty()) std::cerr << "load_bench: " << message << "\n";
-  std::cerr << "usage: load_bench --store sqlite|postgres [--url URL] [--clients N] [--seconds S]"
+  std::cerr << "usage: load_bench --store sqlite|postgres [--url URL] [--clients N] [--seconds S] "
+               "[--policy NAME]"
                " [--dir DIR]\n";
   return 2;
 }
@@ -91,22 +93,29 @@ int Run(const Options& o) {
     std::cerr << "load_bench: raw transactions: " << raw.status() << "\n";
     return 1;
   }
-  place::NodeSpec node;
-  node.name = "bench/A100-80GB-mig";
-  node.model = "A100-80GB";
-  node.cpu_milli = 1'000'000;
-  node.memory_mib = 1 << 24;
-  node.gpus = 64;
-  node.mode = place::GpuMode::kMig;
-  node.hardware = hw::Catalog::Builtin().Find("A100-80GB");
-  absl::StatusOr<place::Cluster> cluster = place::Cluster::Create({node});
+  // Eight machines of eight GPUs, as `serve` sees them: one placement node per machine and model.
+  std::vector<place::NodeSpec> nodes;
+  for (int m = 0; m < 8; ++m) {
+    place::NodeSpec node;
+    node.name = "bench-" + std::to_string(m) + "/A100-80GB-mig";
+    node.model = "A100-80GB";
+    node.cpu_milli = 128'000;
+    node.memory_mib = 1 << 21;
+    node.gpus = 8;
+    node.mode = place::GpuMode::kMig;
+    node.hardware = hw::Catalog::Builtin().Find("A100-80GB");
+    nodes.push_back(node);
+  }
+  absl::StatusOr<place::Cluster> cluster = place::Cluster::Create(std::move(nodes));
   absl::StatusOr<std::unique_ptr<store::Database>> db = Open(o, "service.db");
   if (!cluster.ok() || !db.ok()) {
     std::cerr << "load_bench: " << (cluster.ok() ? db.status() : cluster.status()) << "\n";
     return 1;
   }
+  alloc::ServiceOptions service_options;
+  service_options.policy = o.policy;
   absl::StatusOr<std::unique_ptr<alloc::Service>> service =
-      alloc::Service::Open(*std::move(db), *std::move(cluster));
+      alloc::Service::Open(*std::move(db), *std::move(cluster), service_options);
   if (!service.ok()) {
     std::cerr << "load_bench: " << service.status() << "\n";
     return 1;
@@ -205,6 +214,8 @@ int main(int argc, char** argv) {
       o.clients = std::atoi(value().c_str());
     } else if (arg == "--seconds") {
       o.seconds = std::atof(value().c_str());
+    } else if (arg == "--policy") {
+      o.policy = value();
     } else if (arg == "--dir") {
       o.dir = value();
     } else {

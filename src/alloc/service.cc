@@ -1412,7 +1412,25 @@ absl::StatusOr<place::Cluster> Service::InventoryWithRemotes() const {
   return place::Cluster::Create(std::move(specs));
 }
 
-absl::Status Service::Replace() {
+namespace {
+
+// Placement node name -> its GPUs' UUIDs in claim order (GPU g of the node is the g-th), as
+// InventoryFromGpus groups a report's GPUs.
+std::map<std::string, std::vector<std::string>> GpuOrder(const NodeReport& report) {
+  std::map<std::string, std::vector<std::string>> order;
+  absl::StatusOr<std::vector<device::GpuInfo>> gpus = GpusOf(report);
+  if (!gpus.ok()) return order;
+  for (const device::GpuInfo& gpu : *gpus) {
+    // GPUs reported without a UUID are known by their NVML index.
+    order[NodeNameFor(report.host, gpu, false)].push_back(
+        gpu.uuid.empty() ? absl::StrCat("#", gpu.index) : gpu.uuid);
+  }
+  return order;
+}
+
+}  // namespace
+
+absl::Status Service::Replace(const std::optional<NodeReport>& before) {
   absl::StatusOr<place::Cluster> cluster = InventoryWithRemotes();
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<std::unique_ptr<place::Policy>> policy =
@@ -1422,6 +1440,16 @@ absl::Status Service::Replace() {
   std::map<std::string, int> node_index;
   for (int n = 0; n < engine.cluster().node_count(); ++n) {
     node_index[engine.cluster().spec(n).name] = n;
+  }
+  // A claim names its GPU by position on the node: follow each GPU of the re-reported machine by
+  // its UUID to its new position, so that a lease stays on its physical GPU or is lost with it.
+  std::map<std::string, std::vector<std::string>> old_order;
+  std::map<std::string, std::vector<std::string>> new_order;
+  std::string host;
+  if (before.has_value()) {
+    host = before->host;
+    old_order = GpuOrder(*before);
+    if (auto now = remotes_.find(host); now != remotes_.end()) new_order = GpuOrder(now->second);
   }
   std::map<std::int64_t, Active> kept;
   std::vector<std::pair<Lease, std::string>> lost;
@@ -1433,12 +1461,39 @@ absl::Status Service::Replace() {
     }
     place::Allocation allocation = active.allocation;
     allocation.node = it->second;
+    if (!host.empty() && HostOf(active.lease.node) == host) {
+      const std::vector<std::string>& was = old_order[active.lease.node];
+      const std::vector<std::string>& is = new_order[active.lease.node];
+      std::string gone;
+      for (place::GpuClaim& claim : allocation.gpus) {
+        const std::string uuid = claim.gpu >= 0 && static_cast<size_t>(claim.gpu) < was.size()
+                                     ? was[static_cast<size_t>(claim.gpu)]
+                                     : "";
+        auto at = std::find(is.begin(), is.end(), uuid);
+        if (uuid.empty() || at == is.end()) {
+          gone = uuid;
+          break;
+        }
+        claim.gpu = static_cast<int>(at - is.begin());
+      }
+      if (!gone.empty() || allocation.gpus.size() != active.allocation.gpus.size()) {
+        lost.emplace_back(active.lease, absl::StrCat("its GPU ", gone, " left the machine"));
+        continue;
+      }
+      if (ClaimsJson(allocation.gpus) != ClaimsJson(active.allocation.gpus)) {
+        Stage("UPDATE leases SET claims = ? WHERE id = ?",
+              {ClaimsJson(allocation.gpus).dump(), id});
+      }
+    }
     absl::StatusOr<place::Allocation> taken = engine.Adopt(allocation);
     if (!taken.ok()) {
       lost.emplace_back(active.lease, std::string(taken.status().message()));
       continue;
     }
-    kept[id] = Active{active.lease, *taken};
+    Lease lease = active.lease;
+    lease.claims = taken->gpus;
+    lease.devices = DeviceLines(taken->node, taken->gpus);
+    kept[id] = Active{lease, *taken};
   }
   for (auto it = draining_.begin(); it != draining_.end();) {
     auto node = node_index.find(it->second.lease.node);
@@ -1509,7 +1564,7 @@ absl::Status Service::ReportNode(const Caller& caller, const NodeReport& report)
     // The inventory changes only when the GPUs do (an agent reports again at every start).
     if (!before.has_value() || ReportJson(*before) != ReportJson(report)) {
       Audited(caller, "", "node.report", report.host, "", ReportJson(report).dump());
-      if (absl::Status s = Replace(); !s.ok()) return s;
+      if (absl::Status s = Replace(before); !s.ok()) return s;
       return GrantQueued().status();
     }
     return absl::OkStatus();

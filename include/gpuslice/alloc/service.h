@@ -293,8 +293,9 @@ class Service {
   // The inventory: the local one plus every reported machine, in host order.
   absl::StatusOr<place::Cluster> InventoryWithRemotes() const;
   // Rebuilds the engine on InventoryWithRemotes() and places the active leases on it again; those
-  // that no longer fit are ended as lost.
-  absl::Status Replace();
+  // that no longer fit are ended as lost. `before`: the previous report of the machine that
+  // reported again, whose leases follow their GPUs (by UUID) to their new positions.
+  absl::Status Replace(const std::optional<NodeReport>& before);
   // Binds a new lease's claims when the node is this machine's; remote leases are set up by their
   // agent later. False (and the placement released) when binding failed; `why` says why.
   bool BindNew(const place::Allocation& allocation, Lease* lease, std::string* why);
