@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "gpuslice/alloc/inventory.h"
+#include "gpuslice/alloc/wire.h"
 #include "gpuslice/hw/catalog.h"
 #include "nlohmann/json.hpp"
 
@@ -151,65 +152,6 @@ AcquireRequest RequestFromJson(const json& j) {
   r.purpose = j.value("purpose", "");
   r.ttl_s = j.value("ttl_s", std::int64_t{0});
   return r;
-}
-
-json ClaimsJson(const std::vector<place::GpuClaim>& claims) {
-  json out = json::array();
-  for (const place::GpuClaim& c : claims) {
-    out.push_back({{"gpu", c.gpu},
-                   {"milli", c.milli},
-                   {"vram_mib", c.vram_mib},
-                   {"mig_profile", c.mig_profile},
-                   {"mig_start", c.mig_start},
-                   {"whole", c.whole}});
-  }
-  return out;
-}
-
-std::vector<place::GpuClaim> ClaimsFromJson(const json& j) {
-  std::vector<place::GpuClaim> claims;
-  for (const json& c : j) {
-    place::GpuClaim claim;
-    claim.gpu = c.value("gpu", 0);
-    claim.milli = c.value("milli", 0);
-    claim.vram_mib = c.value("vram_mib", std::int64_t{0});
-    claim.mig_profile = c.value("mig_profile", -1);
-    claim.mig_start = c.value("mig_start", -1);
-    claim.whole = c.value("whole", false);
-    claims.push_back(claim);
-  }
-  return claims;
-}
-
-json BoundJson(const std::vector<BoundDevice>& bound) {
-  json out = json::array();
-  for (const BoundDevice& d : bound) {
-    out.push_back({{"uuid", d.uuid},
-                   {"gpu_uuid", d.gpu_uuid},
-                   {"gpu_index", d.gpu_index},
-                   {"gi", d.gi},
-                   {"ci", d.ci},
-                   {"vram_mib", d.vram_mib},
-                   {"share_milli", d.share_milli}});
-  }
-  return out;
-}
-
-std::vector<BoundDevice> BoundFromJson(const json& j) {
-  std::vector<BoundDevice> bound;
-  if (!j.is_array()) return bound;
-  for (const json& d : j) {
-    BoundDevice device;
-    device.uuid = d.value("uuid", "");
-    device.gpu_uuid = d.value("gpu_uuid", "");
-    device.gpu_index = d.value("gpu_index", -1);
-    device.gi = d.value("gi", -1);
-    device.ci = d.value("ci", -1);
-    device.vram_mib = d.value("vram_mib", std::int64_t{0});
-    device.share_milli = d.value("share_milli", 0);
-    bound.push_back(device);
-  }
-  return bound;
 }
 
 // The default classes: small/medium/large as 1-, 2- and 4-slice MIG instances on every MIG model
@@ -573,7 +515,7 @@ absl::Status Service::Load() {
           } else if (*bound != lease.bound) {
             lease.bound = *std::move(bound);
             Stage("UPDATE leases SET bound = ? WHERE id = ?",
-                  {BoundJson(lease.bound).dump(), lease.id});
+                  {BoundToJson(lease.bound).dump(), lease.id});
           }
         }
         if (adopted.ok()) {
@@ -973,8 +915,8 @@ void Service::InsertLease(const Lease& lease, const AcquireRequest& request) {
       "memory_gib, granted_at, expires_at, state, bound, from_queue) VALUES (?, ?, ?, ?, ?, ?, "
       "?, ?, ?, ?, ?, 'active', ?, ?)",
       {lease.id, lease.tenant, lease.user, lease.class_name, lease.purpose,
-       RequestJson(request).dump(), lease.node, ClaimsJson(lease.claims).dump(), lease.memory_gib,
-       lease.granted_at, lease.expires_at, BoundJson(lease.bound).dump(), lease.from_queue});
+       RequestJson(request).dump(), lease.node, ClaimsToJson(lease.claims).dump(), lease.memory_gib,
+       lease.granted_at, lease.expires_at, BoundToJson(lease.bound).dump(), lease.from_queue});
 }
 
 absl::StatusOr<AcquireResult> Service::Acquire(const Caller& caller,
@@ -1480,9 +1422,9 @@ absl::Status Service::Replace(const std::optional<NodeReport>& before) {
         lost.emplace_back(active.lease, absl::StrCat("its GPU ", gone, " left the machine"));
         continue;
       }
-      if (ClaimsJson(allocation.gpus) != ClaimsJson(active.allocation.gpus)) {
+      if (ClaimsToJson(allocation.gpus) != ClaimsToJson(active.allocation.gpus)) {
         Stage("UPDATE leases SET claims = ? WHERE id = ?",
-              {ClaimsJson(allocation.gpus).dump(), id});
+              {ClaimsToJson(allocation.gpus).dump(), id});
       }
     }
     absl::StatusOr<place::Allocation> taken = engine.Adopt(allocation);
@@ -1620,7 +1562,7 @@ absl::StatusOr<std::vector<std::int64_t>> Service::ReportBound(
       Lease& lease = it->second.lease;
       if (lease.bound == devices) continue;
       lease.bound = devices;
-      Stage("UPDATE leases SET bound = ? WHERE id = ?", {BoundJson(devices).dump(), id});
+      Stage("UPDATE leases SET bound = ? WHERE id = ?", {BoundToJson(devices).dump(), id});
     }
     return ignored;
   });

@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "gpuslice/alloc/wire.h"
 #include "nlohmann/json.hpp"
 
 namespace gpuslice::api {
@@ -536,15 +537,7 @@ void ApiServer::Routes() {
           if (!assignments.ok()) return Fail(res, assignments.status());
           json out = json::array();
           for (const alloc::Assignment& a : *assignments) {
-            json claims = json::array();
-            for (const place::GpuClaim& c : a.claims) {
-              claims.push_back({{"gpu", c.gpu},
-                                {"milli", c.milli},
-                                {"vram_mib", c.vram_mib},
-                                {"mig_profile", c.mig_profile},
-                                {"mig_start", c.mig_start},
-                                {"whole", c.whole}});
-            }
+            const json claims = alloc::ClaimsToJson(a.claims);
             out.push_back({{"lease", a.lease},
                            {"node", a.node},
                            {"claims", claims},

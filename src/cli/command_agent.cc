@@ -17,6 +17,7 @@
 #include "common.h"
 #include "gpuslice/alloc/binder.h"
 #include "gpuslice/alloc/inventory.h"
+#include "gpuslice/alloc/wire.h"
 #include "gpuslice/device/nvml_backend.h"
 #include "gpuslice/device/sim_backend.h"
 #include "gpuslice/device/sim_machine.h"
@@ -39,37 +40,6 @@ struct AgentOptions {
 };
 
 std::string Log() { return "gpuslice agent: "; }
-
-json BoundJson(const std::vector<alloc::BoundDevice>& devices) {
-  json out = json::array();
-  for (const alloc::BoundDevice& d : devices) {
-    out.push_back({{"uuid", d.uuid},
-                   {"gpu_uuid", d.gpu_uuid},
-                   {"gpu_index", d.gpu_index},
-                   {"gi", d.gi},
-                   {"ci", d.ci},
-                   {"vram_mib", d.vram_mib},
-                   {"share_milli", d.share_milli}});
-  }
-  return out;
-}
-
-std::vector<alloc::BoundDevice> BoundFromJson(const json& j) {
-  std::vector<alloc::BoundDevice> out;
-  if (!j.is_array()) return out;
-  for (const json& d : j) {
-    alloc::BoundDevice device;
-    device.uuid = d.value("uuid", "");
-    device.gpu_uuid = d.value("gpu_uuid", "");
-    device.gpu_index = d.value("gpu_index", -1);
-    device.gi = d.value("gi", -1);
-    device.ci = d.value("ci", -1);
-    device.vram_mib = d.value("vram_mib", std::int64_t{0});
-    device.share_milli = d.value("share_milli", 0);
-    out.push_back(device);
-  }
-  return out;
-}
 
 class Agent {
  public:
@@ -124,28 +94,19 @@ class Agent {
                   << ", which this machine does not have; report again\n";
         continue;
       }
-      std::vector<place::GpuClaim> claims;
-      for (const json& c : a["claims"]) {
-        place::GpuClaim claim;
-        claim.gpu = c.value("gpu", 0);
-        claim.milli = c.value("milli", 0);
-        claim.vram_mib = c.value("vram_mib", std::int64_t{0});
-        claim.mig_profile = c.value("mig_profile", -1);
-        claim.mig_start = c.value("mig_start", -1);
-        claim.whole = c.value("whole", false);
-        claims.push_back(claim);
-      }
+      const std::vector<place::GpuClaim> claims = alloc::ClaimsFromJson(a["claims"]);
       absl::StatusOr<std::vector<alloc::BoundDevice>> bound =
           binder_->Bind(*cluster_, node->second, claims,
                         // A lease set up before (by this agent or an earlier one) may find its
                         // instance busy; a new one must not take over an instance in use.
-                        held_.contains(lease) || !BoundFromJson(a["bound"]).empty());
+                        held_.contains(lease) || !alloc::BoundFromJson(a["bound"]).empty());
       if (!bound.ok()) {
         std::cerr << Log() << "lease " << lease << ": " << bound.status().message() << "\n";
         continue;
       }
       held_[lease] = *bound;
-      if (BoundFromJson(a["bound"]) != *bound) report[std::to_string(lease)] = BoundJson(*bound);
+      if (alloc::BoundFromJson(a["bound"]) != *bound)
+        report[std::to_string(lease)] = alloc::BoundToJson(*bound);
     }
     if (!report.empty()) {
       json body = {{"leases", report}};
