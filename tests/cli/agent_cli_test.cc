@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "cli/run_gpuslice.h"
+#include "cli/serve_process.h"
 #include "nlohmann/json.hpp"
 
 #ifndef GPUSLICE_BINARY
@@ -42,6 +43,13 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 using Outcome = gpuslice::cli::testing::CommandResult;
+using gpuslice::cli::testing::FirstLine;
+using gpuslice::cli::testing::GetJson;
+using gpuslice::cli::testing::GpusliceProcess;
+using gpuslice::cli::testing::ReadFile;
+using gpuslice::cli::testing::ServeFixture;
+using gpuslice::cli::testing::SleepMs;
+using gpuslice::cli::testing::WaitUntil;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
@@ -51,247 +59,21 @@ Outcome Gpuslice(const std::string& args, bool with_stderr = true) {
   return gpuslice::cli::testing::RunGpuslice(args, with_stderr);
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
-
-void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
-
-bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    if (done()) return true;
-    SleepMs(100);
-  }
-  return done();
-}
-
-sockaddr_in Loopback(int port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return addr;
-}
-
-bool PortFree(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
-  const int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr = Loopback(port);
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  close(fd);
-  return ok;
-}
-
-int PickPort(int salt) {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    const int port = 20000 + static_cast<int>((getpid() * 13 + salt * 211 + attempt * 877) % 30000);
-    if (PortFree(port)) return port;
-  }
-  ADD_FAILURE() << "no free port";
-  return 0;
-}
-
-// GET path on 127.0.0.1:port (with a bearer token when given); the whole answer or "".
-std::string HttpGet(int port, const std::string& path, const std::string& token = "") {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr = Loopback(port);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return "";
-  }
-  timeval timeout{2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  std::string request = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
-  if (!token.empty()) request += "Authorization: Bearer " + token + "\r\n";
-  request += "\r\n";
-  if (send(fd, request.data(), request.size(), 0) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return "";
-  }
-  std::string answer;
-  char buffer[4096];
-  for (;;) {
-    const ssize_t n = recv(fd, buffer, sizeof buffer, 0);
-    if (n <= 0) break;
-    answer.append(buffer, static_cast<size_t>(n));
-  }
-  close(fd);
-  return answer;
-}
-
-// The JSON body of GET path (null when there is none).
-json GetJson(int port, const std::string& path, const std::string& token) {
-  const std::string answer = HttpGet(port, path, token);
-  const std::size_t body = answer.find("\r\n\r\n");
-  if (body == std::string::npos) return json();
-  json parsed = json::parse(answer.substr(body + 4), nullptr, false);
-  return parsed.is_discarded() ? json() : parsed;
-}
-
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name); old != nullptr) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_.has_value()) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-  void Set(const std::string& value) { setenv(name_, value.c_str(), 1); }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-// `gpuslice ARGS` as a child process in its own process group, output in a log file; killed if
-// the test leaves it running.
-class Child {
- public:
-  Child() = default;
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() { Kill(); }
-
-  void Start(const std::vector<std::string>& args, const std::string& log) {
-    log_ = log;
-    std::vector<std::string> argv = {GPUSLICE_BINARY};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> pointers;
-    for (std::string& arg : argv) pointers.push_back(arg.data());
-    pointers.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      setpgid(0, 0);
-      std::FILE* out = std::freopen(log.c_str(), "w", stdout);
-      if (out == nullptr) _exit(126);
-      dup2(fileno(stdout), fileno(stderr));
-      execv(pointers[0], pointers.data());
-      _exit(127);
-    }
-    ASSERT_GT(pid_, 0) << "fork failed";
-    setpgid(pid_, pid_);
-  }
-
-  void Kill() {
-    if (pid_ > 0) {
-      kill(-pid_, SIGKILL);
-      int status = 0;
-      waitpid(pid_, &status, 0);
-      pid_ = -1;
-    }
-  }
-
-  bool WaitHealthy(int port, std::chrono::seconds limit = std::chrono::seconds(10)) {
-    const auto deadline = Clock::now() + limit;
-    while (Clock::now() < deadline) {
-      if (Exited(nullptr)) return false;
-      const std::string answer = HttpGet(port, "/v1/health");
-      if (answer.rfind("HTTP/1.1 200", 0) == 0 && answer.find("\"ok\"") != std::string::npos) {
-        return true;
-      }
-      SleepMs(100);
-    }
-    return false;
-  }
-
-  int WaitExit(std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    int code = -1;
-    while (Clock::now() < deadline) {
-      if (Exited(&code)) return code;
-      SleepMs(50);
-    }
-    return -1;
-  }
-
-  int Terminate(std::chrono::seconds limit = std::chrono::seconds(5)) {
-    if (pid_ <= 0) return exit_code_;
-    kill(pid_, SIGTERM);
-    return WaitExit(limit);
-  }
-
-  std::string Output() const { return ReadFile(log_); }
-
- private:
-  bool Exited(int* code) {
-    if (pid_ <= 0) {
-      if (code != nullptr) *code = exit_code_;
-      return true;
-    }
-    int status = 0;
-    const pid_t done = waitpid(pid_, &status, WNOHANG);
-    if (done != pid_) return false;
-    pid_ = -1;
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    if (code != nullptr) *code = exit_code_;
-    return true;
-  }
-
-  pid_t pid_ = -1;
-  int exit_code_ = -1;
-  std::string log_;
-};
-
 // Each test: its own `gpuslice serve` (simulated 1xA100-80GB in MIG mode) on a free port, a
 // tenant team-a with its user ann (whose token the client commands use) and an agent user.
-class AgentCliTest : public ::testing::Test {
+class AgentCliTest : public ServeFixture {
  protected:
   void SetUp() override {
-    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    dir_ = (fs::path(::testing::TempDir()) /
-            ("gpuslice_agent_cli_" + name + "_" + std::to_string(getpid())))
-               .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     static int salt = 70;
-    port_ = PickPort(salt++);
-    ASSERT_GT(port_, 0);
-    url_ = "http://127.0.0.1:" + std::to_string(port_);
-    server_.Start(
-        {"serve", "--sim-fleet", "1xA100-80GB", "--listen", "127.0.0.1:" + std::to_string(port_),
-         "--db", dir_ + "/g.db", "--admin-token-file", dir_ + "/t", "--tick", "1"},
-        dir_ + "/serve.log");
-    ASSERT_TRUE(server_.WaitHealthy(port_)) << server_.Output();
-    admin_token_ = FirstLine(ReadFile(dir_ + "/t"));
-    ASSERT_THAT(admin_token_, HasSubstr("gs_"));
-    server_env_ = std::make_unique<ScopedEnv>("GPUSLICE_SERVER", url_);
-    token_env_ = std::make_unique<ScopedEnv>("GPUSLICE_TOKEN", admin_token_);
-    Outcome tenant = Gpuslice("admin tenant team-a");
-    ASSERT_EQ(tenant.exit_code, 0) << tenant.output;
-    Outcome user = Gpuslice("admin user ann --tenant team-a", /*with_stderr=*/false);
-    ASSERT_EQ(user.exit_code, 0) << user.output;
-    ann_token_ = FirstLine(user.output);
-    ASSERT_THAT(ann_token_, HasSubstr("gs_"));
-    Outcome agent = Gpuslice("admin user agent-remote1 --agent", /*with_stderr=*/false);
-    ASSERT_EQ(agent.exit_code, 0) << agent.output;
-    agent_token_ = FirstLine(agent.output);
-    ASSERT_THAT(agent_token_, HasSubstr("gs_"));
+    ASSERT_NO_FATAL_FAILURE(StartServer("gpuslice_agent_cli_", "1xA100-80GB", salt++));
+    ASSERT_NO_FATAL_FAILURE(AddTeamA());
+    ASSERT_NO_FATAL_FAILURE(AddUser("agent-remote1 --agent", &agent_token_));
     token_env_->Set(ann_token_);
   }
 
   void TearDown() override {
     agent_.Kill();
-    EXPECT_EQ(server_.Terminate(std::chrono::seconds(5)), 0) << server_.Output();
-    token_env_.reset();
-    server_env_.reset();
-    std::error_code ignored;
-    if (!HasFailure()) fs::remove_all(dir_, ignored);
+    ServeFixture::TearDown();
   }
 
   std::vector<std::string> AgentArgs(const std::string& token) {
@@ -306,13 +88,6 @@ class AgentCliTest : public ::testing::Test {
         << agent_.Output();
   }
 
-  json Json(const std::string& args) {
-    Outcome out = Gpuslice(args + " --json", /*with_stderr=*/false);
-    EXPECT_EQ(out.exit_code, 0) << args << ": " << out.output;
-    json parsed = json::parse(out.output, nullptr, false);
-    EXPECT_FALSE(parsed.is_discarded()) << args << ": " << out.output;
-    return parsed.is_discarded() ? json() : parsed;
-  }
   json Leases(bool all = false) {
     json reply = Json(all ? "leases --all" : "leases");
     return reply.is_object() && reply.contains("leases") ? reply["leases"] : json::array();
@@ -342,16 +117,8 @@ class AgentCliTest : public ::testing::Test {
     return lease.is_object() && lease.value("node", std::string()).rfind("remote1/", 0) == 0;
   }
 
-  std::string dir_;
-  int port_ = 0;
-  std::string url_;
-  Child server_;
-  Child agent_;
-  std::string admin_token_;
-  std::string ann_token_;
+  GpusliceProcess agent_;
   std::string agent_token_;
-  std::unique_ptr<ScopedEnv> server_env_;
-  std::unique_ptr<ScopedEnv> token_env_;
 };
 
 TEST_F(AgentCliTest, SetsUpRemoteLeasesRunUsesThemAndReleasedOnesAreTornDown) {
@@ -433,7 +200,7 @@ TEST_F(AgentCliTest, SetsUpRemoteLeasesRunUsesThemAndReleasedOnesAreTornDown) {
 }
 
 TEST_F(AgentCliTest, OnceReportsAndExits0) {
-  Child once;
+  GpusliceProcess once;
   std::vector<std::string> args = AgentArgs(agent_token_);
   args.push_back("--once");
   once.Start(args, dir_ + "/once.log");
@@ -449,7 +216,7 @@ TEST_F(AgentCliTest, OnceReportsAndExits0) {
 }
 
 TEST_F(AgentCliTest, ATenantTokenIsRefusedWithExit3) {
-  Child agent;
+  GpusliceProcess agent;
   agent.Start(AgentArgs(ann_token_), dir_ + "/tenant-agent.log");
   ASSERT_EQ(agent.WaitExit(std::chrono::seconds(10)), 3) << agent.Output();
   const std::string output = agent.Output();

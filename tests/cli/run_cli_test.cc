@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cli/run_gpuslice.h"
+#include "cli/serve_process.h"
 #include "nlohmann/json.hpp"
 
 #ifndef GPUSLICE_BINARY
@@ -42,6 +43,13 @@ using ::testing::IsEmpty;
 using ::testing::Not;
 using ::testing::StartsWith;
 using Outcome = gpuslice::cli::testing::CommandResult;
+using gpuslice::cli::testing::FirstLine;
+using gpuslice::cli::testing::GpusliceProcess;
+using gpuslice::cli::testing::ReadFile;
+using gpuslice::cli::testing::ServeFixture;
+using gpuslice::cli::testing::Shell;
+using gpuslice::cli::testing::SleepMs;
+using gpuslice::cli::testing::WaitUntil;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
@@ -51,270 +59,17 @@ Outcome Gpuslice(const std::string& args, bool with_stderr = true) {
   return gpuslice::cli::testing::RunGpuslice(args, with_stderr);
 }
 
-// Runs `command` with /bin/sh; its stdout and exit code.
-Outcome Shell(const std::string& command) {
-  Outcome result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "popen failed: " << command;
-    return result;
-  }
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
-
-void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
-
-// Polls `done` every 100 ms until it holds (true) or `limit` passes (false).
-bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    if (done()) return true;
-    SleepMs(100);
-  }
-  return done();
-}
-
-sockaddr_in Loopback(int port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return addr;
-}
-
-// True when nothing listens on 127.0.0.1:port and it can be bound.
-bool PortFree(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
-  const int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr = Loopback(port);
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  close(fd);
-  return ok;
-}
-
-// A port picked from the test's pid, clear of other tests running at the same time.
-int PickPort(int salt) {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    const int port = 20000 + static_cast<int>((getpid() * 7 + salt * 131 + attempt * 977) % 30000);
-    if (PortFree(port)) return port;
-  }
-  ADD_FAILURE() << "no free port";
-  return 0;
-}
-
-// GET path on 127.0.0.1:port over a raw socket; the whole answer, or "" when nothing answers.
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr = Loopback(port);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return "";
-  }
-  timeval timeout{2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  const std::string request =
-      "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  if (send(fd, request.data(), request.size(), 0) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return "";
-  }
-  std::string answer;
-  char buffer[4096];
-  for (;;) {
-    const ssize_t n = recv(fd, buffer, sizeof buffer, 0);
-    if (n <= 0) break;
-    answer.append(buffer, static_cast<size_t>(n));
-  }
-  close(fd);
-  return answer;
-}
-
-// Sets an environment variable for the scope; restores the old value after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name); old != nullptr) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_.has_value()) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-  void Set(const std::string& value) { setenv(name_, value.c_str(), 1); }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-// `gpuslice ARGS` as a child process in its own process group, with its output in a log file;
-// the group is killed if the test leaves it running.
-class Child {
- public:
-  Child() = default;
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() {
-    if (pid_ > 0) {
-      kill(-pid_, SIGKILL);
-      int status = 0;
-      waitpid(pid_, &status, 0);
-    }
-  }
-
-  void Start(const std::vector<std::string>& args, const std::string& log) {
-    log_ = log;
-    std::vector<std::string> argv = {GPUSLICE_BINARY};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> pointers;
-    for (std::string& arg : argv) pointers.push_back(arg.data());
-    pointers.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      setpgid(0, 0);
-      std::FILE* out = std::freopen(log.c_str(), "w", stdout);
-      if (out == nullptr) _exit(126);
-      dup2(fileno(stdout), fileno(stderr));
-      execv(pointers[0], pointers.data());
-      _exit(127);
-    }
-    ASSERT_GT(pid_, 0) << "fork failed";
-    setpgid(pid_, pid_);  // also from here, so that the group exists before any kill(-pid)
-  }
-
-  pid_t pid() const { return pid_; }
-  bool Running() { return !Exited(nullptr); }
-  void Signal(int signal) {
-    if (pid_ > 0) kill(pid_, signal);
-  }
-
-  // Polls GET /v1/health until it answers 200 (true), the process exits or `limit` passes.
-  bool WaitHealthy(int port, std::chrono::seconds limit = std::chrono::seconds(10)) {
-    const auto deadline = Clock::now() + limit;
-    while (Clock::now() < deadline) {
-      if (Exited(nullptr)) return false;
-      const std::string answer = HttpGet(port, "/v1/health");
-      if (answer.rfind("HTTP/1.1 200", 0) == 0 && answer.find("\"ok\"") != std::string::npos) {
-        return true;
-      }
-      SleepMs(100);
-    }
-    return false;
-  }
-
-  // Waits up to `limit` for the child to exit; its exit code, or -1 (killed by a signal, or still
-  // running).
-  int WaitExit(std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    int code = -1;
-    while (Clock::now() < deadline) {
-      if (Exited(&code)) return code;
-      SleepMs(50);
-    }
-    return -1;
-  }
-
-  // SIGTERM, then waits up to `limit`; the exit code or -1.
-  int Terminate(std::chrono::seconds limit = std::chrono::seconds(5)) {
-    if (pid_ <= 0) return exit_code_;
-    kill(pid_, SIGTERM);
-    return WaitExit(limit);
-  }
-
-  std::string Output() const { return ReadFile(log_); }
-
- private:
-  // True (and the exit code, -1 for a signal) once the child has exited; reaps it.
-  bool Exited(int* code) {
-    if (pid_ <= 0) {
-      if (code != nullptr) *code = exit_code_;
-      return true;
-    }
-    int status = 0;
-    const pid_t done = waitpid(pid_, &status, WNOHANG);
-    if (done != pid_) return false;
-    pid_ = -1;
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    if (code != nullptr) *code = exit_code_;
-    return true;
-  }
-
-  pid_t pid_ = -1;
-  int exit_code_ = -1;
-  std::string log_;
-};
-
 // Each test: its own `gpuslice serve` (simulated 2xA100-80GB, expiry sweeps every second) on a
 // free port, a tenant team-a and its user ann, whose token the client commands use.
-class RunCliTest : public ::testing::Test {
+class RunCliTest : public ServeFixture {
  protected:
   void SetUp() override {
-    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    dir_ = (fs::path(::testing::TempDir()) /
-            ("gpuslice_run_cli_" + name + "_" + std::to_string(getpid())))
-               .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     static int salt = 40;
-    port_ = PickPort(salt++);
-    ASSERT_GT(port_, 0);
-    server_.Start(
-        {"serve", "--sim-fleet", "2xA100-80GB", "--listen", "127.0.0.1:" + std::to_string(port_),
-         "--db", dir_ + "/g.db", "--admin-token-file", dir_ + "/t", "--tick", "1"},
-        dir_ + "/serve.log");
-    ASSERT_TRUE(server_.WaitHealthy(port_)) << server_.Output();
-    admin_token_ = FirstLine(ReadFile(dir_ + "/t"));
-    ASSERT_THAT(admin_token_, HasSubstr("gs_"));
-    server_env_ =
-        std::make_unique<ScopedEnv>("GPUSLICE_SERVER", "http://127.0.0.1:" + std::to_string(port_));
-    token_env_ = std::make_unique<ScopedEnv>("GPUSLICE_TOKEN", admin_token_);
-    Outcome tenant = Gpuslice("admin tenant team-a");
-    ASSERT_EQ(tenant.exit_code, 0) << tenant.output;
-    Outcome user = Gpuslice("admin user ann --tenant team-a", /*with_stderr=*/false);
-    ASSERT_EQ(user.exit_code, 0) << user.output;
-    ann_token_ = FirstLine(user.output);
-    ASSERT_THAT(ann_token_, HasSubstr("gs_"));
+    ASSERT_NO_FATAL_FAILURE(StartServer("gpuslice_run_cli_", "2xA100-80GB", salt++));
+    ASSERT_NO_FATAL_FAILURE(AddTeamA());
     token_env_->Set(ann_token_);
   }
 
-  void TearDown() override {
-    EXPECT_EQ(server_.Terminate(std::chrono::seconds(5)), 0) << server_.Output();
-    token_env_.reset();
-    server_env_.reset();
-    std::error_code ignored;
-    if (!HasFailure()) fs::remove_all(dir_, ignored);
-  }
-
-  // `gpuslice ARGS --json` (stdout only) parsed; a null json when it fails.
-  json Json(const std::string& args) {
-    Outcome out = Gpuslice(args + " --json", /*with_stderr=*/false);
-    EXPECT_EQ(out.exit_code, 0) << args << ": " << out.output;
-    json parsed = json::parse(out.output, nullptr, false);
-    EXPECT_FALSE(parsed.is_discarded()) << args << ": " << out.output;
-    return parsed.is_discarded() ? json() : parsed;
-  }
   // Every lease of the tenant, released ones too.
   json AllLeases() {
     json all = Json("leases --all");
@@ -351,14 +106,6 @@ class RunCliTest : public ::testing::Test {
     EXPECT_EQ(ids.size(), 2u);
     return ids;
   }
-
-  std::string dir_;
-  int port_ = 0;
-  Child server_;
-  std::string admin_token_;
-  std::string ann_token_;
-  std::unique_ptr<ScopedEnv> server_env_;
-  std::unique_ptr<ScopedEnv> token_env_;
 };
 
 TEST_F(RunCliTest, RunsTheCommandOnTheLeasedMigDeviceAndReleasesTheLease) {
@@ -407,7 +154,7 @@ TEST_F(RunCliTest, ACommandThatDoesNotExistExits127AndTheLeaseIsReleased) {
 
 TEST_F(RunCliTest, SigtermEndsTheCommandReleasesTheLeaseAndExits143) {
   const std::string pid_file = dir_ + "/cmd.pid";
-  Child run;
+  GpusliceProcess run;
   run.Start({"run", "--class", "small", "--purpose", "sleeper", "--", "sh", "-c",
              "echo $$ > " + pid_file + ".tmp && mv " + pid_file + ".tmp " + pid_file +
                  " && exec sleep 30"},
@@ -434,7 +181,7 @@ TEST_F(RunCliTest, SigtermEndsTheCommandReleasesTheLeaseAndExits143) {
 
 TEST_F(RunCliTest, RenewsTheLeaseWhileTheCommandRunsPastItsTtl) {
   const auto started = Clock::now();
-  Child run;
+  GpusliceProcess run;
   run.Start({"run", "--class", "small", "--purpose", "long", "--ttl", "2", "--", "sleep", "5"},
             dir_ + "/run.log");
   ASSERT_TRUE(WaitUntil([&] { return ActiveLeases().size() == 1; }, std::chrono::seconds(3)))
@@ -458,7 +205,7 @@ TEST_F(RunCliTest, AQueuedRunWaitsAndRunsOnceASliceIsReleased) {
   const std::vector<std::int64_t> fill = FillTheFleet();
   ASSERT_EQ(fill.size(), 2u);
   const std::string file = dir_ + "/visible";
-  Child run;
+  GpusliceProcess run;
   run.Start({"run", "--class", "small", "--purpose", "queued", "--", "sh", "-c",
              "echo \"$CUDA_VISIBLE_DEVICES\" > " + file},
             dir_ + "/run.log");
@@ -510,7 +257,7 @@ TEST_F(RunCliTest, QueueTimeoutGivesUpWithExit1AndLeavesNoQueueEntry) {
 
 TEST_F(RunCliTest, SigintWhileQueuedWithdrawsTheEntry) {
   ASSERT_EQ(FillTheFleet().size(), 2u);
-  Child run;
+  GpusliceProcess run;
   run.Start({"run", "--class", "small", "--purpose", "interrupted", "--", "true"},
             dir_ + "/run.log");
   ASSERT_TRUE(WaitUntil([&] { return QueueEntries().size() == 1; }, std::chrono::seconds(5)))

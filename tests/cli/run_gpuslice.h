@@ -1,5 +1,6 @@
-// Test helper: runs the built gpuslice binary (GPUSLICE_BINARY, defined for the cli_test target)
-// through the shell and collects its exit code and output.
+// Test helpers: Shell runs a shell command, RunGpuslice the built gpuslice binary
+// (GPUSLICE_BINARY, defined for the cli_test and crash_test targets), collecting exit code and
+// output.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,11 +16,8 @@ struct CommandResult {
   std::string output;  // stdout, and stderr too unless it was left out
 };
 
-// Runs `gpuslice ARGS` (ARGS are shell words, quoted by the caller where needed); stderr joins
-// stdout unless `with_stderr` is false.
-inline CommandResult RunGpuslice(const std::string& args, bool with_stderr = true) {
-  const std::string command =
-      std::string("'") + GPUSLICE_BINARY + "' " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+// Runs `command` with /bin/sh; its stdout and exit code.
+inline CommandResult Shell(const std::string& command) {
   CommandResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) {
@@ -32,6 +30,13 @@ inline CommandResult RunGpuslice(const std::string& args, bool with_stderr = tru
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// Runs `gpuslice ARGS` (ARGS are shell words, quoted by the caller where needed); stderr joins
+// stdout unless `with_stderr` is false.
+inline CommandResult RunGpuslice(const std::string& args, bool with_stderr = true) {
+  return Shell(std::string("'") + GPUSLICE_BINARY + "' " + args +
+               (with_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 }  // namespace gpuslice::cli::testing

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cli/run_gpuslice.h"
+#include "cli/serve_process.h"
 #include "nlohmann/json.hpp"
 
 #ifndef GPUSLICE_BINARY
@@ -38,6 +39,13 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using Outcome = gpuslice::cli::testing::CommandResult;
+using gpuslice::cli::testing::FirstLine;
+using gpuslice::cli::testing::HttpGet;
+using gpuslice::cli::testing::Loopback;
+using gpuslice::cli::testing::PickPort;
+using gpuslice::cli::testing::ReadFile;
+using gpuslice::cli::testing::ScopedEnv;
+using ServeProcess = gpuslice::cli::testing::GpusliceProcess;
 
 namespace fs = std::filesystem;
 
@@ -46,199 +54,11 @@ Outcome Gpuslice(const std::string& args, bool with_stderr = true) {
 }
 
 std::string FreshDir(const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) /
-                       ("gpuslice_serve_cli_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
+  return gpuslice::cli::testing::FreshDir("gpuslice_serve_cli_" + name);
 }
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
-
-sockaddr_in Loopback(int port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return addr;
-}
-
-// True when nothing listens on 127.0.0.1:port and it can be bound.
-bool PortFree(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
-  const int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr = Loopback(port);
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  close(fd);
-  return ok;
-}
-
-// A port picked from the test's pid, clear of other tests running at the same time.
-int PickPort(int salt) {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    const int port = 20000 + static_cast<int>((getpid() * 7 + salt * 131 + attempt * 977) % 30000);
-    if (PortFree(port)) return port;
-  }
-  ADD_FAILURE() << "no free port";
-  return 0;
-}
-
-// GET path on 127.0.0.1:port over a raw socket; the whole answer, or "" when nothing answers.
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr = Loopback(port);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return "";
-  }
-  timeval timeout{2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  const std::string request =
-      "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  if (send(fd, request.data(), request.size(), 0) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return "";
-  }
-  std::string answer;
-  char buffer[4096];
-  for (;;) {
-    const ssize_t n = recv(fd, buffer, sizeof buffer, 0);
-    if (n <= 0) break;
-    answer.append(buffer, static_cast<size_t>(n));
-  }
-  close(fd);
-  return answer;
-}
-
-// Sets an environment variable for the scope; restores the old value after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name); old != nullptr) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_.has_value()) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-  void Set(const std::string& value) { setenv(name_, value.c_str(), 1); }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-// `gpuslice serve ...` as a child process with its output in a log file; killed if the test
-// leaves it running.
-class ServeProcess {
- public:
-  ServeProcess() = default;
-  ServeProcess(const ServeProcess&) = delete;
-  ServeProcess& operator=(const ServeProcess&) = delete;
-  ~ServeProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      int status = 0;
-      waitpid(pid_, &status, 0);
-    }
-  }
-
-  void Start(const std::vector<std::string>& args, const std::string& log) {
-    log_ = log;
-    std::vector<std::string> argv = {GPUSLICE_BINARY};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> pointers;
-    for (std::string& arg : argv) pointers.push_back(arg.data());
-    pointers.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      std::FILE* out = std::freopen(log.c_str(), "w", stdout);
-      if (out == nullptr) _exit(126);
-      dup2(fileno(stdout), fileno(stderr));
-      execv(pointers[0], pointers.data());
-      _exit(127);
-    }
-    ASSERT_GT(pid_, 0) << "fork failed";
-  }
-
-  // Polls GET /v1/health until it answers 200 (true), the process exits or `limit` passes.
-  bool WaitHealthy(int port, std::chrono::seconds limit = std::chrono::seconds(10)) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (Exited(nullptr)) return false;
-      const std::string answer = HttpGet(port, "/v1/health");
-      if (answer.rfind("HTTP/1.1 200", 0) == 0 && answer.find("\"ok\"") != std::string::npos) {
-        return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
-  }
-
-  // Sends SIGTERM and waits up to `limit`; the exit code, or -1 if it did not exit normally in
-  // time (then it is killed).
-  int Terminate(std::chrono::seconds limit = std::chrono::seconds(5)) {
-    if (pid_ <= 0) return -1;
-    kill(pid_, SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    int code = -1;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (Exited(&code)) return code;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return -1;
-  }
-
-  // Waits up to `limit` for the child to exit on its own; its exit code, or -1 (a signal, or
-  // still running).
-  int WaitExit(std::chrono::seconds limit) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    int code = -1;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (Exited(&code)) return code;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return -1;
-  }
-
-  std::string Output() const { return ReadFile(log_); }
-
- private:
-  // True (and the exit code, -1 for a signal) once the child has exited; reaps it.
-  bool Exited(int* code) {
-    if (pid_ <= 0) return true;
-    int status = 0;
-    const pid_t done = waitpid(pid_, &status, WNOHANG);
-    if (done != pid_) return false;
-    pid_ = -1;
-    if (code != nullptr) *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return true;
-  }
-
-  pid_t pid_ = -1;
-  std::string log_;
-};
 
 std::vector<std::string> ServeArgs(const std::string& dir, int port) {
-  return {
-      "serve", "--sim-fleet", "2xA100-80GB",        "--listen", "127.0.0.1:" + std::to_string(port),
-      "--db",  dir + "/g.db", "--admin-token-file", dir + "/t", "--tick",
-      "1"};
+  return gpuslice::cli::testing::ServeArgs("2xA100-80GB", dir, port);
 }
 
 TEST(ServeCliTest, ServesClientsStopsOnSigtermAndKeepsStateAcrossRestarts) {

@@ -56,6 +56,8 @@
 #include <utility>
 #include <vector>
 
+#include "cli/run_gpuslice.h"
+#include "cli/serve_process.h"
 #include "nlohmann/json.hpp"
 
 #ifndef GPUSLICE_BINARY
@@ -69,6 +71,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using gpuslice::cli::testing::FirstLine;
+using gpuslice::cli::testing::FreeLoopbackPort;
+using gpuslice::cli::testing::GpusliceProcess;
+using gpuslice::cli::testing::ReadFile;
+using gpuslice::cli::testing::Shell;
+using gpuslice::cli::testing::Tail;
 
 constexpr int kSmallSlices = 14;  // 2 x A100-80GB, 7 x 1g.10gb each
 constexpr int kQuotaA = 5;
@@ -83,55 +91,6 @@ std::int64_t EpochNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
-
-std::string Tail(const std::string& text, size_t bytes = 3000) {
-  return text.size() <= bytes ? text : "..." + text.substr(text.size() - bytes);
-}
-
-// A port nothing listens on now: the kernel's pick for an ephemeral bind on 127.0.0.1.
-int FreeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof addr;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
-struct ShellResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-// Runs a shell command; stdout only (callers redirect stderr as they need).
-ShellResult Shell(const std::string& command) {
-  ShellResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
 }
 
 std::string Quoted(const std::string& word) {
@@ -220,97 +179,6 @@ Reply Call(httplib::Client& client, const std::string& method, const std::string
   reply.body = json::parse(result->body, nullptr, false);
   return reply;
 }
-
-// `gpuslice serve ...` as a child process in `cwd`, its output in a log file; killed when the
-// test leaves it running (and when the test process dies).
-class ServeProcess {
- public:
-  ServeProcess() = default;
-  ServeProcess(const ServeProcess&) = delete;
-  ServeProcess& operator=(const ServeProcess&) = delete;
-  ~ServeProcess() { Kill(); }
-
-  void Start(const std::vector<std::string>& args, const std::string& cwd, const std::string& log) {
-    log_ = log;
-    std::vector<std::string> argv = {GPUSLICE_BINARY};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> pointers;
-    for (std::string& arg : argv) pointers.push_back(arg.data());
-    pointers.push_back(nullptr);
-    const pid_t parent = getpid();
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(125);
-      if (chdir(cwd.c_str()) != 0) _exit(124);
-      std::FILE* out = std::freopen(log.c_str(), "w", stdout);
-      if (out == nullptr) _exit(126);
-      dup2(fileno(stdout), fileno(stderr));
-      signal(SIGPIPE, SIG_DFL);  // as from a shell
-      execv(pointers[0], pointers.data());
-      _exit(127);
-    }
-    ASSERT_GT(pid_, 0) << "fork failed";
-  }
-
-  // Polls GET /v1/health until it answers 200 (its body in *health), the process exits or
-  // `limit` passes.
-  bool WaitHealthy(int port, json* health, std::chrono::seconds limit = std::chrono::seconds(60)) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (Exited()) return false;
-      httplib::Client client("127.0.0.1", port);
-      client.set_connection_timeout(1);
-      client.set_read_timeout(5);
-      if (httplib::Result result = client.Get("/v1/health"); result && result->status == 200) {
-        *health = json::parse(result->body, nullptr, false);
-        return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
-  }
-
-  // kill -9, and reaps it.
-  void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
-  // SIGTERM; the exit code, or -1 when it did not exit normally within `limit` (then killed).
-  int Terminate(std::chrono::seconds limit) {
-    if (pid_ <= 0) return -1;
-    kill(pid_, SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    Kill();
-    return -1;
-  }
-
-  std::string Output() const { return Tail(ReadFile(log_)); }
-
- private:
-  bool Exited() {
-    if (pid_ <= 0) return true;
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
-    pid_ = -1;
-    return true;
-  }
-
-  pid_t pid_ = -1;
-  std::string log_;
-};
 
 // ---- what the clients were told
 
@@ -854,12 +722,12 @@ void CrashCycles(const std::string& dir, const std::string& db, const std::strin
   std::mt19937_64 rng(seed);
   const auto test_start = std::chrono::steady_clock::now();
 
-  ServeProcess server;
+  GpusliceProcess server;
   int port = FreeLoopbackPort();
   ASSERT_GT(port, 0);
-  server.Start(ServeArgs(db, port), dir, dir + "/serve-0.log");
+  server.Start(ServeArgs(db, port), dir + "/serve-0.log", dir);
   json health;
-  ASSERT_TRUE(server.WaitHealthy(port, &health)) << server.Output();
+  ASSERT_TRUE(server.WaitHealthy(port, &health, std::chrono::seconds(60))) << Tail(server.Output());
   EXPECT_EQ(health.value("store", ""), store_kind) << health.dump();
   EXPECT_EQ(health.value("gpus", 0), 2) << health.dump();
   const std::string admin_token = FirstLine(ReadFile(dir + "/gpuslice-admin.token"));
@@ -923,8 +791,9 @@ void CrashCycles(const std::string& dir, const std::string& db, const std::strin
     const auto restart = std::chrono::steady_clock::now();
     port = FreeLoopbackPort();
     ASSERT_GT(port, 0);
-    server.Start(ServeArgs(db, port), dir, dir + "/serve-" + std::to_string(cycle) + ".log");
-    ASSERT_TRUE(server.WaitHealthy(port, &health)) << server.Output();
+    server.Start(ServeArgs(db, port), dir + "/serve-" + std::to_string(cycle) + ".log", dir);
+    ASSERT_TRUE(server.WaitHealthy(port, &health, std::chrono::seconds(60)))
+        << Tail(server.Output());
     const auto restart_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                 std::chrono::steady_clock::now() - restart)
                                 .count();
@@ -932,7 +801,7 @@ void CrashCycles(const std::string& dir, const std::string& db, const std::strin
     ActiveView view;
     CheckAfterRestart(*admin, ledger, workers, cycle, &view);
     if (::testing::Test::HasFatalFailure()) {
-      ADD_FAILURE() << "serve log:\n" << server.Output();
+      ADD_FAILURE() << "serve log:\n" << Tail(server.Output());
       return;
     }
     int probe_got_a = 0;
@@ -956,7 +825,7 @@ void CrashCycles(const std::string& dir, const std::string& db, const std::strin
               << view.doubt_not_released << " not; probe got " << probe_got_a << "+" << probe_got_b
               << std::endl;
   }
-  EXPECT_EQ(server.Terminate(std::chrono::seconds(10)), 0) << server.Output();
+  EXPECT_EQ(server.Terminate(std::chrono::seconds(10)), 0) << Tail(server.Output());
   std::cout << "[ crash    ] " << store_kind << ": " << ledger.leases.size() << " leases in "
             << std::chrono::duration_cast<std::chrono::milliseconds>(
                    std::chrono::steady_clock::now() - test_start)
@@ -973,7 +842,7 @@ class PostgresForTest {
     if (const char* given = std::getenv("GPUSLICE_PG_URL"); given != nullptr && *given != '\0') {
       admin_url_ = given;
       database_ = "gpuslice_crash_" + std::to_string(getpid());
-      const ShellResult created =
+      const gpuslice::cli::testing::CommandResult created =
           Shell("psql " + Quoted(admin_url_) + " -v ON_ERROR_STOP=1 -qAtc " +
                 Quoted("CREATE DATABASE " + database_) + " 2>&1");
       if (created.exit_code != 0) {
@@ -992,7 +861,7 @@ class PostgresForTest {
     }
     server_dir_ = dir + "/pg";
     const int port = FreeLoopbackPort();
-    const ShellResult started =
+    const gpuslice::cli::testing::CommandResult started =
         Shell(std::string(GPUSLICE_SOURCE_DIR) + "/scripts/pg_test_server.sh start " +
               Quoted(server_dir_) + " " + std::to_string(port) + " 2>&1");
     if (started.exit_code != 0) {
