@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quick start, part 1: set up, build, and run gpuslice's main job on useful examples:
 #   1. the allocation service (gpuslice serve) on this machine's GPUs, or a simulated fleet and
-#      SQLite when there is no GPU: a tenant, a user, a slice acquired, listed, audited, released;
+#      SQLite when there is no GPU: a tenant, a user, a slice acquired, a command run in a slice,
+#      leases listed and audited;
 #   2. the MIG explorer: is a layout valid on an H100, where does each instance go;
 #   3. applying mig-parted configs to a simulated machine (no GPU needed): apply, change, status;
 #   4. planning a fleet (examples/plan), then applying the plan of one node to a simulated copy of it;
@@ -35,7 +36,10 @@ ann=$("$g" admin user ann --tenant team-a)
 echo "(ann's token: ${ann:0:6}...)"
 GPUSLICE_TOKEN=$ann run acquire --class small --purpose "notebook: embeddings experiment"
 GPUSLICE_TOKEN=$ann run acquire --class full --purpose "asks for a whole GPU" || true
-run leases
+GPUSLICE_TOKEN=$ann run lease env 1
+# Run a command in a slice: acquired, CUDA_VISIBLE_DEVICES set to its MIG UUID, released at exit.
+GPUSLICE_TOKEN=$ann run run --class small --purpose "eval job" -- sh -c 'echo "the job sees CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"'
+run leases --all
 run audit
 kill -TERM $server && wait $server || true
 trap - EXIT
