@@ -88,6 +88,11 @@ class BackendBinder final : public DeviceBinder {
     return UnbindLocked(devices);
   }
 
+  void SetFixedGpus(const std::set<int>& gpu_indexes) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fixed_ = gpu_indexes;
+  }
+
  private:
   // Finds or creates the GI of `profile` at `start` and a CI spanning it.
   absl::Status BindMig(const geometry::Shape& shape, int gpu, const hw::GiProfile& profile,
@@ -179,6 +184,7 @@ class BackendBinder final : public DeviceBinder {
           continue;
         }
       }
+      if (fixed_.contains(device.gpu_index)) continue;  // the layout's instance stays
       absl::Status status =
           backend_->DestroyComputeInstance(device.gpu_index, device.gi, device.ci);
       if (status.ok()) status = backend_->DestroyGpuInstance(device.gpu_index, device.gi);
@@ -192,6 +198,7 @@ class BackendBinder final : public DeviceBinder {
   }
 
   std::mutex mutex_;
+  std::set<int> fixed_;
   std::shared_ptr<device::Backend> backend_;
   std::map<std::string, std::vector<device::GpuInfo>> gpus_by_node_;
 };

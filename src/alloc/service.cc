@@ -15,8 +15,10 @@
 #include "gpuslice/alloc/wire.h"
 #include "gpuslice/hw/catalog.h"
 #include "nlohmann/json.hpp"
+#include "service_internal.h"
 
 namespace gpuslice::alloc {
+using namespace internal;  // NOLINT(google-build-using-namespace): this library's own helpers
 namespace {
 
 using nlohmann::json;
@@ -45,76 +47,6 @@ std::string RoleName(Role role) {
 
 Role RoleFromName(const std::string& name) {
   return name == "admin" ? Role::kAdmin : name == "agent" ? Role::kAgent : Role::kTenant;
-}
-
-absl::Status NeedAdminOrAgent(const Caller& caller) {
-  if (caller.role != Role::kAdmin && caller.role != Role::kAgent) {
-    return absl::PermissionDeniedError("this operation needs the agent or admin role");
-  }
-  return absl::OkStatus();
-}
-
-// The host part of a placement node's name ("<host>/<model>[-mig]").
-std::string HostOf(const std::string& node) { return node.substr(0, node.find('/')); }
-
-json ReportJson(const NodeReport& report) {
-  json gpus = json::array();
-  for (const NodeReport::Gpu& g : report.gpus) {
-    gpus.push_back({{"index", g.index}, {"uuid", g.uuid}, {"model", g.model}, {"mig", g.mig}});
-  }
-  return {{"cpu_milli", report.cpu_milli}, {"memory_mib", report.memory_mib}, {"gpus", gpus}};
-}
-
-NodeReport ReportFromJson(const std::string& host, const json& j) {
-  NodeReport report;
-  report.host = host;
-  report.cpu_milli = j.value("cpu_milli", std::int64_t{0});
-  report.memory_mib = j.value("memory_mib", std::int64_t{0});
-  for (const json& g : j.value("gpus", json::array())) {
-    report.gpus.push_back(NodeReport::Gpu{g.value("index", 0), g.value("uuid", ""),
-                                          g.value("model", ""), g.value("mig", false)});
-  }
-  return report;
-}
-
-// The report's GPUs as the device layer describes them, models from the built-in catalog.
-absl::StatusOr<std::vector<device::GpuInfo>> GpusOf(const NodeReport& report) {
-  std::vector<device::GpuInfo> gpus;
-  for (const NodeReport::Gpu& g : report.gpus) {
-    device::GpuInfo info;
-    info.index = g.index;
-    info.uuid = g.uuid;
-    info.model = hw::Catalog::Builtin().Find(g.model);
-    if (info.model == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("GPU ", g.index, " of ", report.host, ": unknown model '", g.model, "'"));
-    }
-    info.name = info.model->id;
-    info.memory_total_mib = info.model->memory_mib;
-    info.mig_capable = info.model->mig_capable();
-    info.mig_current =
-        g.mig && info.mig_capable ? device::MigMode::kEnabled : device::MigMode::kDisabled;
-    info.mig_pending = info.mig_current;
-    gpus.push_back(info);
-  }
-  return gpus;
-}
-
-bool ValidName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
-      return false;
-    }
-  }
-  return true;
-}
-
-absl::Status NeedAdmin(const Caller& caller) {
-  if (caller.role != Role::kAdmin) {
-    return absl::PermissionDeniedError("this operation needs the admin role");
-  }
-  return absl::OkStatus();
 }
 
 json ClassJson(const ClassSpec& spec) {
@@ -305,17 +237,6 @@ void Service::Stage(std::string sql, std::vector<Value> params) {
   pending_->statements.push_back(Batch::Statement{std::move(sql), std::move(params)});
 }
 
-template <typename Change>
-auto Service::Changing(Change&& change) -> decltype(change()) {
-  std::unique_lock<std::mutex> state(mutex_);
-  auto result = change();
-  if (!result.ok()) return result;
-  std::shared_ptr<Batch> batch = pending_;
-  state.unlock();
-  if (absl::Status status = Await(batch); !status.ok()) return status;
-  return result;
-}
-
 absl::Status Service::Sync() {
   std::shared_ptr<Batch> batch;
   {
@@ -390,6 +311,7 @@ absl::Status Service::Reload() {
   active_.clear();
   queue_.clear();
   remotes_.clear();
+  layouts_.clear();
   draining_.clear();
   options_.seed_default_classes = false;
   return Load();
@@ -445,12 +367,22 @@ absl::Status Service::Load() {
     }
   }
   // Machines reported by agents join the inventory before the leases go back onto it.
-  absl::StatusOr<store::Result> nodes = db_->Query("SELECT host, report, seen_at FROM nodes");
+  absl::StatusOr<store::Result> nodes =
+      db_->Query("SELECT host, report, seen_at, layout FROM nodes");
   if (!nodes.ok()) return nodes.status();
   for (const store::Row& row : nodes->rows) {
     NodeReport report =
         ReportFromJson(store::AsText(row[0]), json::parse(store::AsText(row[1]), nullptr, false));
     report.seen_at = store::AsInt(row[2]);
+    if (const std::string text = store::AsText(row[3]); !text.empty()) {
+      absl::StatusOr<NodeLayout> layout =
+          LayoutFromJson(report.host, json::parse(text, nullptr, false));
+      if (!layout.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("the stored layout of ", report.host, ": ", layout.status().message()));
+      }
+      layouts_[report.host] = *std::move(layout);
+    }
     remotes_[report.host] = std::move(report);
   }
   if (!remotes_.empty()) {
@@ -1333,239 +1265,6 @@ absl::StatusOr<std::vector<AuditEvent>> Service::Audit(const Caller& caller,
   }
   std::reverse(out.begin(), out.end());  // the newest `limit` events, oldest first
   return out;
-}
-
-// ---- agents
-
-absl::StatusOr<place::Cluster> Service::InventoryWithRemotes() const {
-  std::vector<place::NodeSpec> specs;
-  for (int n = 0; n < inventory_.node_count(); ++n) {
-    // A machine that reports itself through an agent replaces what the service saw of it.
-    if (!remotes_.contains(HostOf(inventory_.spec(n).name))) specs.push_back(inventory_.spec(n));
-  }
-  for (const auto& [host, report] : remotes_) {
-    absl::StatusOr<std::vector<device::GpuInfo>> gpus = GpusOf(report);
-    if (!gpus.ok()) return gpus.status();
-    absl::StatusOr<place::Cluster> machine =
-        InventoryFromGpus(host, *gpus, report.cpu_milli, report.memory_mib, false);
-    if (!machine.ok()) return machine.status();
-    for (int n = 0; n < machine->node_count(); ++n) specs.push_back(machine->spec(n));
-  }
-  return place::Cluster::Create(std::move(specs));
-}
-
-namespace {
-
-// Placement node name -> its GPUs' UUIDs in claim order (GPU g of the node is the g-th), as
-// InventoryFromGpus groups a report's GPUs.
-std::map<std::string, std::vector<std::string>> GpuOrder(const NodeReport& report) {
-  std::map<std::string, std::vector<std::string>> order;
-  absl::StatusOr<std::vector<device::GpuInfo>> gpus = GpusOf(report);
-  if (!gpus.ok()) return order;
-  for (const device::GpuInfo& gpu : *gpus) {
-    // GPUs reported without a UUID are known by their NVML index.
-    order[NodeNameFor(report.host, gpu, false)].push_back(
-        gpu.uuid.empty() ? absl::StrCat("#", gpu.index) : gpu.uuid);
-  }
-  return order;
-}
-
-}  // namespace
-
-absl::Status Service::Replace(const std::optional<NodeReport>& before) {
-  absl::StatusOr<place::Cluster> cluster = InventoryWithRemotes();
-  if (!cluster.ok()) return cluster.status();
-  absl::StatusOr<std::unique_ptr<place::Policy>> policy =
-      place::MakePolicy(options_.policy, place::PolicyOptions{});
-  if (!policy.ok()) return policy.status();
-  place::Engine engine(*std::move(cluster), *std::move(policy));
-  std::map<std::string, int> node_index;
-  for (int n = 0; n < engine.cluster().node_count(); ++n) {
-    node_index[engine.cluster().spec(n).name] = n;
-  }
-  // A claim names its GPU by position on the node: follow each GPU of the re-reported machine by
-  // its UUID to its new position, so that a lease stays on its physical GPU or is lost with it.
-  std::map<std::string, std::vector<std::string>> old_order;
-  std::map<std::string, std::vector<std::string>> new_order;
-  std::string host;
-  if (before.has_value()) {
-    host = before->host;
-    old_order = GpuOrder(*before);
-    if (auto now = remotes_.find(host); now != remotes_.end()) new_order = GpuOrder(now->second);
-  }
-  std::map<std::int64_t, Active> kept;
-  std::vector<std::pair<Lease, std::string>> lost;
-  for (auto& [id, active] : active_) {
-    auto it = node_index.find(active.lease.node);
-    if (it == node_index.end()) {
-      lost.emplace_back(active.lease, "its node left the inventory");
-      continue;
-    }
-    place::Allocation allocation = active.allocation;
-    allocation.node = it->second;
-    if (!host.empty() && HostOf(active.lease.node) == host) {
-      const std::vector<std::string>& was = old_order[active.lease.node];
-      const std::vector<std::string>& is = new_order[active.lease.node];
-      std::string gone;
-      for (place::GpuClaim& claim : allocation.gpus) {
-        const std::string uuid = claim.gpu >= 0 && static_cast<size_t>(claim.gpu) < was.size()
-                                     ? was[static_cast<size_t>(claim.gpu)]
-                                     : "";
-        auto at = std::find(is.begin(), is.end(), uuid);
-        if (uuid.empty() || at == is.end()) {
-          gone = uuid;
-          break;
-        }
-        claim.gpu = static_cast<int>(at - is.begin());
-      }
-      if (!gone.empty() || allocation.gpus.size() != active.allocation.gpus.size()) {
-        lost.emplace_back(active.lease, absl::StrCat("its GPU ", gone, " left the machine"));
-        continue;
-      }
-      if (ClaimsToJson(allocation.gpus) != ClaimsToJson(active.allocation.gpus)) {
-        Stage("UPDATE leases SET claims = ? WHERE id = ?",
-              {ClaimsToJson(allocation.gpus).dump(), id});
-      }
-    }
-    absl::StatusOr<place::Allocation> taken = engine.Adopt(allocation);
-    if (!taken.ok()) {
-      lost.emplace_back(active.lease, std::string(taken.status().message()));
-      continue;
-    }
-    Lease lease = active.lease;
-    lease.claims = taken->gpus;
-    lease.devices = DeviceLines(taken->node, taken->gpus);
-    kept[id] = Active{lease, *taken};
-  }
-  for (auto it = draining_.begin(); it != draining_.end();) {
-    auto node = node_index.find(it->second.lease.node);
-    place::Allocation allocation = it->second.allocation;
-    if (node != node_index.end()) allocation.node = node->second;
-    absl::StatusOr<place::Allocation> taken =
-        node == node_index.end() ? absl::NotFoundError("gone") : engine.Adopt(allocation);
-    if (!taken.ok()) {
-      it = draining_.erase(it);
-      continue;
-    }
-    it->second.allocation = *taken;
-    ++it;
-  }
-  engine_ = std::move(engine);
-  active_ = std::move(kept);
-  const Caller system{"gpuslice", "", Role::kAdmin};
-  for (const auto& [lease, why] : lost) {
-    Stage("UPDATE leases SET state = 'lost', ended_at = ? WHERE id = ?", {Now(), lease.id});
-    Audited(system, lease.tenant, "lose", absl::StrCat("lease ", lease.id), lease.purpose,
-            json{{"why", why}}.dump());
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Service::ReportNode(const Caller& caller, const NodeReport& report) {
-  return Changing([&]() -> absl::Status {
-    if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
-    if (!ValidName(report.host)) {
-      return absl::InvalidArgumentError("host: 1-64 letters, digits, '-', '_' or '.'");
-    }
-    if (report.gpus.empty() || report.gpus.size() > 64) {
-      return absl::InvalidArgumentError("gpus: between 1 and 64 GPUs");
-    }
-    if (report.cpu_milli < 0 || report.cpu_milli > (1LL << 40) || report.memory_mib < 0 ||
-        report.memory_mib > (1LL << 40)) {
-      return absl::InvalidArgumentError("cpu_milli and memory_mib: 0 or more, within reason");
-    }
-    std::set<int> indexes;
-    for (const NodeReport::Gpu& g : report.gpus) {
-      if (g.index < 0 || !indexes.insert(g.index).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("gpus: index ", g.index, " is negative or given twice"));
-      }
-      if (g.uuid.size() > 128) return absl::InvalidArgumentError("gpus: uuid too long");
-    }
-    if (absl::StatusOr<std::vector<device::GpuInfo>> gpus = GpusOf(report); !gpus.ok()) {
-      return gpus.status();
-    }
-    std::optional<NodeReport> before;
-    if (auto previous = remotes_.find(report.host); previous != remotes_.end()) {
-      before = previous->second;
-    }
-    NodeReport stored = report;
-    stored.seen_at = Now();
-    remotes_[report.host] = stored;
-    if (absl::StatusOr<place::Cluster> cluster = InventoryWithRemotes(); !cluster.ok()) {
-      if (before.has_value()) {
-        remotes_[report.host] = *before;
-      } else {
-        remotes_.erase(report.host);
-      }
-      return cluster.status();
-    }
-    Stage("DELETE FROM nodes WHERE host = ?", {report.host});
-    Stage("INSERT INTO nodes (host, report, seen_at) VALUES (?, ?, ?)",
-          {report.host, ReportJson(report).dump(), stored.seen_at});
-    // The inventory changes only when the GPUs do (an agent reports again at every start).
-    if (!before.has_value() || ReportJson(*before) != ReportJson(report)) {
-      Audited(caller, "", "node.report", report.host, "", ReportJson(report).dump());
-      if (absl::Status s = Replace(before); !s.ok()) return s;
-      return GrantQueued().status();
-    }
-    return absl::OkStatus();
-  });
-}
-
-absl::StatusOr<std::vector<NodeReport>> Service::Nodes(const Caller& caller) {
-  if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<NodeReport> out;
-  for (const auto& [host, report] : remotes_) out.push_back(report);
-  return out;
-}
-
-absl::StatusOr<std::vector<Assignment>> Service::Assignments(const Caller& caller,
-                                                             const std::string& host) {
-  if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!remotes_.contains(host)) {
-    return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
-  }
-  std::vector<Assignment> out;
-  for (const auto& [id, active] : active_) {
-    if (HostOf(active.lease.node) != host) continue;
-    out.push_back(Assignment{id, active.lease.node, active.lease.claims, active.lease.bound});
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<std::int64_t>> Service::ReportBound(
-    const Caller& caller, const std::string& host,
-    const std::map<std::int64_t, std::vector<BoundDevice>>& bound) {
-  return Changing([&]() -> absl::StatusOr<std::vector<std::int64_t>> {
-    if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
-    if (!remotes_.contains(host)) {
-      return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
-    }
-    for (const auto& [id, devices] : bound) {
-      for (const BoundDevice& d : devices) {
-        if (d.uuid.empty() || d.uuid.size() > 128) {
-          return absl::InvalidArgumentError(absl::StrCat("lease ", id, ": a device without uuid"));
-        }
-      }
-    }
-    std::vector<std::int64_t> ignored;
-    for (const auto& [id, devices] : bound) {
-      auto it = active_.find(id);
-      if (it == active_.end() || HostOf(it->second.lease.node) != host ||
-          devices.size() != it->second.lease.claims.size()) {
-        ignored.push_back(id);
-        continue;
-      }
-      Lease& lease = it->second.lease;
-      if (lease.bound == devices) continue;
-      lease.bound = devices;
-      Stage("UPDATE leases SET bound = ? WHERE id = ?", {BoundToJson(devices).dump(), id});
-    }
-    return ignored;
-  });
 }
 
 }  // namespace gpuslice::alloc

@@ -2,8 +2,13 @@
 // allocation service, then, every --interval seconds, sets up the slices the service granted on
 // this machine (MIG instances at their exact placements, through the device backend), reports
 // their device UUIDs back, and tears down the instances of leases that ended (an instance with
-// processes on it stays until they are gone). The agent owns the MIG layout of the GPUs it hands
-// out as MIG: idle instances no lease holds are destroyed so that any placement can be made.
+// processes on it stays until they are gone).
+//
+// MIG layouts: when an admin has fixed the machine's layout (PUT /v1/nodes/{host}/layout), the
+// agent carries it out with the reconciler (gpuslice/agent/apply.h: matching instances stay, busy
+// ones are never destroyed) before it sets up leases, reports the outcome, and keeps the layout's
+// instances when leases end. On GPUs without a fixed layout the agent owns the MIG layout: idle
+// instances no lease holds are destroyed so that any placement can be made.
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -15,8 +20,10 @@
 #include "absl/strings/str_cat.h"
 #include "client.h"
 #include "common.h"
+#include "gpuslice/agent/apply.h"
 #include "gpuslice/alloc/binder.h"
 #include "gpuslice/alloc/inventory.h"
+#include "gpuslice/alloc/layout.h"
 #include "gpuslice/alloc/wire.h"
 #include "gpuslice/device/nvml_backend.h"
 #include "gpuslice/device/sim_backend.h"
@@ -43,12 +50,20 @@ std::string Log() { return "gpuslice agent: "; }
 
 class Agent {
  public:
-  Agent(const AgentOptions& options, std::shared_ptr<device::Backend> backend,
-        std::vector<device::GpuInfo> gpus)
-      : o_(options), backend_(std::move(backend)), gpus_(std::move(gpus)) {}
+  Agent(const AgentOptions& options, const hw::Catalog& catalog,
+        std::shared_ptr<device::Backend> backend, std::vector<device::GpuInfo> gpus)
+      : o_(options), catalog_(catalog), backend_(std::move(backend)), gpus_(std::move(gpus)) {}
 
-  // Reports the GPUs; builds the placement view the service will have of this machine.
+  // Reports the GPUs (listed again: their MIG modes may have changed); builds the placement view
+  // the service will have of this machine.
   int Report() {
+    if (absl::StatusOr<std::vector<device::GpuInfo>> listed = backend_->ListGpus(); listed.ok()) {
+      std::vector<device::GpuInfo> known;
+      for (const device::GpuInfo& g : *listed) {
+        if (g.model != nullptr) known.push_back(g);
+      }
+      if (!known.empty()) gpus_ = std::move(known);
+    }
     json gpus = json::array();
     for (const device::GpuInfo& g : gpus_) {
       gpus.push_back({{"index", g.index},
@@ -68,6 +83,7 @@ class Agent {
     }
     cluster_ = std::make_unique<place::Cluster>(*std::move(cluster));
     binder_ = alloc::MakeBackendBinder(backend_, o_.host, gpus_, false);
+    binder_->SetFixedGpus(fixed_);
     std::cerr << Log() << "reported " << gpus_.size() << " GPUs of " << o_.host << " as "
               << reply.body["nodes"].dump() << "\n";
     return kExitOk;
@@ -81,6 +97,7 @@ class Agent {
         rc != 0) {
       return rc == 3 ? rc : kExitOk;
     }
+    if (int rc = CarryOutLayout(reply.body["layout"]); rc != kExitOk) return rc;
     std::map<std::string, int> node_index;
     for (int n = 0; n < cluster_->node_count(); ++n) node_index[cluster_->spec(n).name] = n;
     json report = json::object();
@@ -135,14 +152,72 @@ class Agent {
   }
 
  private:
-  // Destroys idle MIG instances that no lease holds (left by an earlier agent or by hand).
+  // Makes the GPUs match the machine's fixed layout (null: none) and tells the service how it
+  // went when that changed. A MIG mode change is reported to the service as a new report.
+  int CarryOutLayout(const json& wanted) {
+    if (wanted.is_null()) {
+      fixed_.clear();
+      binder_->SetFixedGpus(fixed_);
+      return kExitOk;
+    }
+    absl::StatusOr<alloc::NodeLayout> layout = alloc::LayoutFromJson(o_.host, wanted);
+    if (!layout.ok()) {
+      std::cerr << Log()
+                << "the service sent a layout this agent cannot read: " << layout.status().message()
+                << "\n";
+      return kExitOk;
+    }
+    fixed_.clear();
+    for (const alloc::GpuLayout& gpu : layout->gpus) {
+      if (gpu.mig) fixed_.insert(gpu.index);
+    }
+    binder_->SetFixedGpus(fixed_);
+    const spec::MigConfigFile file = alloc::LayoutAsMigParted(*layout);
+    agent::ApplyRequest request;
+    request.file = &file;
+    request.file_path = "layout " + std::to_string(layout->generation);
+    request.config_name = o_.host;
+    std::vector<std::string> lines;
+    absl::StatusOr<agent::ApplyResult> applied = agent::ApplyConfig(
+        *backend_, catalog_, request, [&](const std::string& line) { lines.push_back(line); });
+    const std::string message = applied.ok() ? "" : std::string(applied.status().message());
+    if (applied.ok() && applied->changed) {
+      std::cerr << Log() << "layout " << layout->generation << " carried out: " << applied->created
+                << " instance(s) created, " << applied->destroyed << " destroyed, " << applied->kept
+                << " kept\n";
+    }
+    const bool modes_changed =
+        applied.ok() && std::any_of(applied->plans.begin(), applied->plans.end(),
+                                    [](const agent::GpuPlan& p) { return p.mode_change; });
+    if (modes_changed) {
+      if (int rc = Report(); rc == 3) return rc;
+    }
+    if (layout->generation == reported_generation_ && message == reported_message_) return kExitOk;
+    if (!message.empty()) {
+      std::cerr << Log() << "layout " << layout->generation << " not carried out: " << message
+                << "\n";
+    }
+    json body = {{"generation", layout->generation}, {"message", message}};
+    Reply done;
+    if (int rc = Call(o_.c, "POST", "/v1/nodes/" + o_.host + "/layout/status", &body, &done);
+        rc == 0) {
+      reported_generation_ = layout->generation;
+      reported_message_ = message;
+    } else if (rc == 3) {
+      return rc;
+    }
+    return kExitOk;
+  }
+
+  // Destroys idle MIG instances that no lease holds (left by an earlier agent or by hand), on
+  // GPUs without a fixed layout.
   void CollectIdle() {
     std::set<std::pair<int, int>> held;  // (gpu index, gi)
     for (const auto& [lease, devices] : held_) {
       for (const alloc::BoundDevice& d : devices) held.insert({d.gpu_index, d.gi});
     }
     for (const device::GpuInfo& gpu : gpus_) {
-      if (gpu.mig_current != device::MigMode::kEnabled) continue;
+      if (gpu.mig_current != device::MigMode::kEnabled || fixed_.contains(gpu.index)) continue;
       absl::StatusOr<std::vector<device::GpuInstanceInfo>> gis =
           backend_->ListGpuInstances(gpu.index);
       absl::StatusOr<std::vector<device::ProcessInfo>> processes =
@@ -168,11 +243,15 @@ class Agent {
   }
 
   const AgentOptions& o_;
+  const hw::Catalog& catalog_;
   std::shared_ptr<device::Backend> backend_;
   std::vector<device::GpuInfo> gpus_;
   std::unique_ptr<place::Cluster> cluster_;
   std::unique_ptr<alloc::DeviceBinder> binder_;
   std::map<std::int64_t, std::vector<alloc::BoundDevice>> held_;
+  std::set<int> fixed_;  // GPUs (NVML indexes) with a fixed layout
+  std::int64_t reported_generation_ = 0;
+  std::string reported_message_;
 };
 
 int RunAgent(const GlobalOptions& global, const AgentOptions& o) {
@@ -235,7 +314,7 @@ int RunAgent(const GlobalOptions& global, const AgentOptions& o) {
   }
   std::cerr << Log() << backend->Describe() << ", " << gpus.size() << " GPUs, host " << o.host
             << "\n";
-  Agent agent(o, backend, gpus);
+  Agent agent(o, *catalog, backend, gpus);
   std::signal(SIGINT, OnStop);
   std::signal(SIGTERM, OnStop);
   while (!g_stop) {  // until the service takes the report (it may not be up yet)

@@ -88,6 +88,7 @@ void AddServeCommand(CLI::App& app, const GlobalOptions& global, Action* action)
 void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddRunCommands(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddAgentCommand(CLI::App& app, const GlobalOptions& global, Action* action);
+void AddNodeCommands(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddApplyCommands(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddStatusCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddDoctorCommand(CLI::App& app, const GlobalOptions& global, Action* action);

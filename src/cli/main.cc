@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   AddClientCommands(app, global, &action);
   AddRunCommands(app, global, &action);
   AddAgentCommand(app, global, &action);
+  AddNodeCommands(app, global, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -91,6 +91,24 @@ absl::StatusOr<Cluster> Cluster::Create(std::vector<NodeSpec> nodes) {
       node.shape = shape;
       if (spec.gpu_memory_mib == 0) spec.gpu_memory_mib = spec.hardware->memory_mib;
     }
+    if (!spec.fixed.empty()) {
+      if (spec.mode != GpuMode::kMig || static_cast<int>(spec.fixed.size()) != spec.gpus) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": fixed layouts need MIG mode and one entry per GPU"));
+      }
+      for (size_t g = 0; g < spec.fixed.size(); ++g) {
+        geometry::Occupancy occupancy{};
+        for (const FixedInstance& instance : spec.fixed[g].instances) {
+          if (instance.profile < 0 || instance.profile >= node.shape->profile_count() ||
+              !node.shape->CanAdd(occupancy, instance.profile, instance.start, {}).ok()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(where, ": GPU ", g, ": fixed instance ", instance.profile, "@",
+                             instance.start, " is not a valid placement beside the others"));
+          }
+          node.shape->Add(occupancy, instance.profile, instance.start);
+        }
+      }
+    }
     node.cpu_free = spec.cpu_milli;
     node.memory_free = spec.memory_mib;
     node.gpus.resize(static_cast<size_t>(spec.gpus));
@@ -191,8 +209,28 @@ int Cluster::MigFreeMilli(const geometry::Shape& shape, const geometry::Occupanc
 bool Cluster::GpuFullyFree(int node, int gpu) const {
   const Node& n = at(node);
   const GpuState& state = n.gpus[static_cast<size_t>(gpu)];
-  return state.holders == 0 && !state.taken_whole;
+  return state.holders == 0 && !state.taken_whole && !HasFixedLayout(node, gpu);
 }
+
+bool Cluster::HasFixedLayout(int node, int gpu) const {
+  const Node& n = at(node);
+  return !n.spec.fixed.empty() && n.spec.fixed[static_cast<size_t>(gpu)].fixed;
+}
+
+namespace {
+
+// The first instance of `profile` in `layout` that is free on `occupancy`, or -1.
+int FreeFixedStart(const geometry::Shape& shape, const FixedLayout& layout,
+                   const geometry::Occupancy& occupancy, int profile) {
+  for (const FixedInstance& instance : layout.instances) {
+    if (instance.profile == profile && shape.CanAdd(occupancy, profile, instance.start, {}).ok()) {
+      return instance.start;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
 
 bool Cluster::ShareFitsGpu(int node, int gpu, const Request& request, int* mig_profile) const {
   const Node& n = at(node);
@@ -210,6 +248,10 @@ bool Cluster::ShareFitsGpu(int node, int gpu, const Request& request, int* mig_p
       const int profile = MigProfileFor(node, request);
       if (profile < 0) return false;
       if (mig_profile != nullptr) *mig_profile = profile;
+      if (HasFixedLayout(node, gpu)) {
+        return FreeFixedStart(*n.shape, n.spec.fixed[static_cast<size_t>(gpu)], state.occupancy,
+                              profile) >= 0;
+      }
       return n.shape->FreeCount(state.occupancy, profile) > 0;
     }
   }
@@ -227,8 +269,11 @@ std::optional<GpuClaim> Cluster::ShareClaim(int node, int gpu, const Request& re
     claim.vram_mib = request.vram_mib;
     return claim;
   }
+  const geometry::Occupancy& occupancy = n.gpus[static_cast<size_t>(gpu)].occupancy;
   const int best_start =
-      BestMigStart(*n.shape, n.gpus[static_cast<size_t>(gpu)].occupancy, profile);
+      HasFixedLayout(node, gpu)
+          ? FreeFixedStart(*n.shape, n.spec.fixed[static_cast<size_t>(gpu)], occupancy, profile)
+          : BestMigStart(*n.shape, occupancy, profile);
   if (best_start < 0) return std::nullopt;
   claim.mig_profile = profile;
   claim.mig_start = best_start;
@@ -311,7 +356,15 @@ absl::Status Cluster::CheckClaim(const Node& node, const GpuClaim& claim,
     return absl::InvalidArgumentError(absl::StrCat("claim: no GPU ", claim.gpu));
   }
   const GpuState& state = node.gpus[static_cast<size_t>(claim.gpu)];
+  const FixedLayout* fixed =
+      node.spec.fixed.empty() || !node.spec.fixed[static_cast<size_t>(claim.gpu)].fixed
+          ? nullptr
+          : &node.spec.fixed[static_cast<size_t>(claim.gpu)];
   if (claim.whole) {
+    if (fixed != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "GPU ", claim.gpu, " of ", node.spec.name, " has a fixed MIG layout; not taken whole"));
+    }
     if (state.holders != 0 || state.taken_whole) {
       return absl::FailedPreconditionError(
           absl::StrCat("GPU ", claim.gpu, " of ", node.spec.name, " is not completely free"));
@@ -341,6 +394,13 @@ absl::Status Cluster::CheckClaim(const Node& node, const GpuClaim& claim,
         return absl::FailedPreconditionError(absl::StrCat("GPU ", claim.gpu, " of ", node.spec.name,
                                                           ": MIG instance ", claim.mig_profile, "@",
                                                           claim.mig_start, " cannot be placed"));
+      }
+      if (fixed != nullptr &&
+          std::find(fixed->instances.begin(), fixed->instances.end(),
+                    FixedInstance{claim.mig_profile, claim.mig_start}) == fixed->instances.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("GPU ", claim.gpu, " of ", node.spec.name, ": MIG instance ",
+                         claim.mig_profile, "@", claim.mig_start, " is not in its fixed layout"));
       }
       (void)request;
       return absl::OkStatus();

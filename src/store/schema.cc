@@ -49,6 +49,10 @@ const std::vector<std::vector<std::string>>& Steps() {
           "CREATE TABLE nodes (host TEXT PRIMARY KEY, report TEXT NOT NULL, seen_at BIGINT NOT "
           "NULL)",
       },
+      // 4: the fixed MIG layout an admin set for a machine, as JSON ('' = none).
+      {
+          "ALTER TABLE nodes ADD COLUMN layout TEXT NOT NULL DEFAULT ''",
+      },
   };
   return steps;
 }

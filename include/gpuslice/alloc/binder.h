@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,8 +49,12 @@ class DeviceBinder {
                                                         const std::vector<place::GpuClaim>& claims,
                                                         bool again) = 0;
   // Undoes Bind. FailedPrecondition (naming the processes) when an instance is still in use and
-  // was left in place.
+  // was left in place. Instances on GPUs with a fixed layout (SetFixedGpus) are left for the next
+  // lease once idle.
   virtual absl::Status Unbind(const std::vector<BoundDevice>& devices) = 0;
+  // The GPUs (NVML indexes) whose instances belong to a fixed layout an admin set: Unbind keeps
+  // them. Replaces the previous set.
+  virtual void SetFixedGpus(const std::set<int>& gpu_indexes) = 0;
   // Whether placement node `node` is on this binder's machine.
   virtual bool Handles(const std::string& node) const = 0;
   // Whether any process runs on the devices (for MIG, on the lease's instances; for a whole GPU

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,9 +23,10 @@ namespace gpuslice::alloc {
 bool HandedOutAsMig(const device::GpuInfo& gpu, bool mig_if_capable);
 std::string NodeNameFor(const std::string& host, const device::GpuInfo& gpu, bool mig_if_capable);
 
-absl::StatusOr<place::Cluster> InventoryFromGpus(const std::string& host,
-                                                 const std::vector<device::GpuInfo>& gpus,
-                                                 std::int64_t cpu_milli, std::int64_t memory_mib,
-                                                 bool mig_if_capable);
+// `fixed` (by NVML index; may be null) gives GPUs in MIG mode a fixed layout.
+absl::StatusOr<place::Cluster> InventoryFromGpus(
+    const std::string& host, const std::vector<device::GpuInfo>& gpus, std::int64_t cpu_milli,
+    std::int64_t memory_mib, bool mig_if_capable,
+    const std::map<int, place::FixedLayout>* fixed = nullptr);
 
 }  // namespace gpuslice::alloc

@@ -47,6 +47,7 @@
 
 #include "absl/status/statusor.h"
 #include "gpuslice/alloc/binder.h"
+#include "gpuslice/alloc/layout.h"
 #include "gpuslice/place/cluster.h"
 #include "gpuslice/place/engine.h"
 #include "gpuslice/store/database.h"
@@ -173,6 +174,27 @@ struct Assignment {
   std::vector<BoundDevice> bound;  // as last reported (empty until the agent has set it up)
 };
 
+// A layout an admin asks for: a mig-parted config (YAML or JSON text, as `gpuslice plan -o` writes
+// it) and the config to use (empty: the one named after the host, else the file's only one).
+struct LayoutRequest {
+  std::string config_text;
+  std::string config_name;
+  std::string origin;  // the file name, for messages and the audit
+};
+
+// A lease that stands in the way of a layout.
+struct BlockingLease {
+  Lease lease;
+  int gpu_index = 0;
+  std::string why;
+};
+
+struct LayoutOutcome {
+  bool accepted = false;
+  NodeLayout layout;                    // accepted: the layout now in force
+  std::vector<BlockingLease> blocking;  // refused: the leases in the way (nothing changed)
+};
+
 struct ServiceOptions {
   std::function<std::int64_t()> clock;  // epoch seconds; default: the system clock
   std::string policy = "gpuslice";      // placement policy
@@ -244,6 +266,23 @@ class Service {
   absl::StatusOr<std::vector<std::int64_t>> ReportBound(
       const Caller& caller, const std::string& host,
       const std::map<std::int64_t, std::vector<BoundDevice>>& bound);
+  // ---- layouts (setting and clearing: admin; reading: admin or agent)
+  // Fixes the MIG layout of a reported machine's GPUs (gpuslice/alloc/layout.h). When leases
+  // stand in the way, nothing changes and the outcome names them; otherwise the layout is stored
+  // and from now on only its instances are handed out on those GPUs, while the machine's agent
+  // makes the GPUs match. Config errors are InvalidArgument/NotFound/FailedPrecondition.
+  absl::StatusOr<LayoutOutcome> SetLayout(const Caller& caller, const std::string& host,
+                                          const LayoutRequest& request);
+  // Back to MIG slices made on demand. Refused like SetLayout when it would change a GPU's MIG
+  // mode under a lease (only while the agent has not carried out the layout's mode changes).
+  absl::StatusOr<LayoutOutcome> ClearLayout(const Caller& caller, const std::string& host);
+  // The machine's layout, if one is set.
+  absl::StatusOr<std::optional<NodeLayout>> GetLayout(const Caller& caller,
+                                                      const std::string& host);
+  // The agent carried out `generation` (message empty) or failed to (message says why).
+  absl::Status ReportLayout(const Caller& caller, const std::string& host, std::int64_t generation,
+                            const std::string& message);
+
   // A copy of the inventory with every active lease placed on it.
   place::Cluster Occupancy();
   std::string_view store_kind() const { return db_->kind(); }
@@ -292,10 +331,19 @@ class Service {
                   const std::string& purpose, std::int64_t ttl_s);
   // The inventory: the local one plus every reported machine, in host order.
   absl::StatusOr<place::Cluster> InventoryWithRemotes() const;
+  // The machine's GPUs as the inventory hands them out: reported, with the layout's MIG modes.
+  absl::StatusOr<std::vector<device::GpuInfo>> EffectiveGpus(const std::string& host) const;
+  // Placement node -> its GPUs (UUID, or "#index" when reported without) in claim order.
+  std::map<std::string, std::vector<std::string>> GpuOrder(const std::string& host) const;
+  // What the active and draining leases hold on `host`, by NVML index.
+  std::vector<HeldDevice> HeldOn(const std::string& host) const;
+  // Stages the machine's row (report and layout).
+  void StageNode(const std::string& host);
   // Rebuilds the engine on InventoryWithRemotes() and places the active leases on it again; those
-  // that no longer fit are ended as lost. `before`: the previous report of the machine that
-  // reported again, whose leases follow their GPUs (by UUID) to their new positions.
-  absl::Status Replace(const std::optional<NodeReport>& before);
+  // that no longer fit are ended as lost. The leases of `host` follow their GPUs (by UUID) from
+  // `old_order` (GpuOrder before the change) to their new positions.
+  absl::Status Replace(const std::string& host,
+                       const std::map<std::string, std::vector<std::string>>& old_order);
   // Binds a new lease's claims when the node is this machine's; remote leases are set up by their
   // agent later. False (and the placement released) when binding failed; `why` says why.
   bool BindNew(const place::Allocation& allocation, Lease* lease, std::string* why);
@@ -321,6 +369,7 @@ class Service {
   std::map<std::string, ClassSpec> classes_;
   std::map<std::string, Caller> users_by_token_hash_;
   std::map<std::string, NodeReport> remotes_;  // by host
+  std::map<std::string, NodeLayout> layouts_;  // by host
   std::set<std::string> user_names_;
   struct Active {
     Lease lease;

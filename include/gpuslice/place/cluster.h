@@ -22,6 +22,10 @@
 //     models listed qualify.
 //   `models` restricts the GPU models (node labels) the GPUs may come from; empty = any.
 //
+// A MIG GPU may have a fixed layout (NodeSpec::fixed, set when an admin applies a layout to the
+// machine): then only its listed instances are handed out, each at its own placement, and the GPU
+// is never taken whole. A MIG GPU without one is partitioned on demand (any free placement).
+//
 // Everything here is pure and deterministic. The Cluster checks every claim it is given, so a
 // policy bug can never overcommit a resource (Apply fails instead).
 #pragma once
@@ -47,6 +51,20 @@ inline constexpr int kMilliPerGpu = 1000;
 enum class GpuMode : std::uint8_t { kWhole, kShared, kMig };
 std::string_view ToString(GpuMode mode);
 
+// One GPU instance of a fixed layout: a profile index of the node's Shape and its start.
+struct FixedInstance {
+  int profile = 0;
+  int start = 0;
+  friend bool operator==(const FixedInstance&, const FixedInstance&) = default;
+};
+
+// The fixed layout of one MIG GPU; `fixed` false = partitioned on demand.
+struct FixedLayout {
+  bool fixed = false;
+  std::vector<FixedInstance> instances;
+  friend bool operator==(const FixedLayout&, const FixedLayout&) = default;
+};
+
 // One node as configured.
 struct NodeSpec {
   std::string name;
@@ -58,6 +76,8 @@ struct NodeSpec {
   GpuMode mode = GpuMode::kShared;
   std::int64_t gpu_memory_mib = 0;         // VRAM per GPU; 0 = not accounted
   const hw::GpuModel* hardware = nullptr;  // REQUIRED for kMig (a MIG-capable catalog model)
+  // kMig only: empty, or one entry per GPU (instances valid and not overlapping).
+  std::vector<FixedLayout> fixed;
 };
 
 struct Request {
@@ -144,6 +164,8 @@ class Cluster {
   // Whether a share / MIG request fits on GPU `gpu`; for MIG also the profile it would take.
   bool ShareFitsGpu(int node, int gpu, const Request& request, int* mig_profile = nullptr) const;
   bool GpuFullyFree(int node, int gpu) const;
+  // Whether the GPU has a fixed layout (see above).
+  bool HasFixedLayout(int node, int gpu) const;
   // The MIG profile a share or MIG request maps to on this node's model (-1: none fits).
   int MigProfileFor(int node, const Request& request) const;
   static int MigProfileFor(const geometry::Shape& shape, const Request& request);
@@ -155,7 +177,8 @@ class Cluster {
   static int MigFreeMilli(const geometry::Shape& shape, const geometry::Occupancy& occupancy);
 
   // Builds the claim for a share request on `gpu` (MIG: the lowest free start of its profile
-  // that keeps the most capacity free for other profiles).
+  // that keeps the most capacity free for other profiles; on a fixed layout, the first free
+  // instance of the profile).
   std::optional<GpuClaim> ShareClaim(int node, int gpu, const Request& request) const;
   // The start ShareClaim uses for `profile` on a MIG GPU: the one that leaves the most room for
   // every profile (sum of FreeCount), lowest on ties; -1 if none is free.

@@ -1,0 +1,109 @@
+// Helpers shared by the allocation service's source files (service.cc, service_nodes.cc).
+// Internal: not part of the library's interface.
+#pragma once
+
+#include <cctype>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gpuslice/alloc/service.h"
+#include "gpuslice/hw/catalog.h"
+#include "nlohmann/json.hpp"
+
+namespace gpuslice::alloc::internal {
+
+using nlohmann::json;
+
+inline constexpr size_t kMaxTextBytes = 1024;  // free-text fields: purpose, names, messages
+
+inline absl::Status NeedAdminOrAgent(const Caller& caller) {
+  if (caller.role != Role::kAdmin && caller.role != Role::kAgent) {
+    return absl::PermissionDeniedError("this operation needs the agent or admin role");
+  }
+  return absl::OkStatus();
+}
+
+// The host part of a placement node's name ("<host>/<model>[-mig]").
+inline std::string HostOf(const std::string& node) { return node.substr(0, node.find('/')); }
+
+inline json ReportJson(const NodeReport& report) {
+  json gpus = json::array();
+  for (const NodeReport::Gpu& g : report.gpus) {
+    gpus.push_back({{"index", g.index}, {"uuid", g.uuid}, {"model", g.model}, {"mig", g.mig}});
+  }
+  return {{"cpu_milli", report.cpu_milli}, {"memory_mib", report.memory_mib}, {"gpus", gpus}};
+}
+
+inline NodeReport ReportFromJson(const std::string& host, const json& j) {
+  NodeReport report;
+  report.host = host;
+  report.cpu_milli = j.value("cpu_milli", std::int64_t{0});
+  report.memory_mib = j.value("memory_mib", std::int64_t{0});
+  for (const json& g : j.value("gpus", json::array())) {
+    report.gpus.push_back(NodeReport::Gpu{g.value("index", 0), g.value("uuid", ""),
+                                          g.value("model", ""), g.value("mig", false)});
+  }
+  return report;
+}
+
+// The report's GPUs as the device layer describes them, models from the built-in catalog.
+inline absl::StatusOr<std::vector<device::GpuInfo>> GpusOf(const NodeReport& report) {
+  std::vector<device::GpuInfo> gpus;
+  for (const NodeReport::Gpu& g : report.gpus) {
+    device::GpuInfo info;
+    info.index = g.index;
+    info.uuid = g.uuid;
+    info.model = hw::Catalog::Builtin().Find(g.model);
+    if (info.model == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GPU ", g.index, " of ", report.host, ": unknown model '", g.model, "'"));
+    }
+    info.name = info.model->id;
+    info.memory_total_mib = info.model->memory_mib;
+    info.mig_capable = info.model->mig_capable();
+    info.mig_current =
+        g.mig && info.mig_capable ? device::MigMode::kEnabled : device::MigMode::kDisabled;
+    info.mig_pending = info.mig_current;
+    gpus.push_back(info);
+  }
+  return gpus;
+}
+
+inline bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+inline absl::Status NeedAdmin(const Caller& caller) {
+  if (caller.role != Role::kAdmin) {
+    return absl::PermissionDeniedError("this operation needs the admin role");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gpuslice::alloc::internal
+
+namespace gpuslice::alloc {
+
+// Defined here so that every source file of the service can stage changes.
+template <typename Change>
+auto Service::Changing(Change&& change) -> decltype(change()) {
+  std::unique_lock<std::mutex> state(mutex_);
+  auto result = change();
+  if (!result.ok()) return result;
+  std::shared_ptr<Batch> batch = pending_;
+  state.unlock();
+  if (absl::Status status = Await(batch); !status.ok()) return status;
+  return result;
+}
+
+}  // namespace gpuslice::alloc
