@@ -180,6 +180,15 @@ absl::StatusOr<ResolvedLayout> ResolveLayout(const spec::MigConfigFile& file,
   return result;
 }
 
+std::string DefaultLayoutConfig(const spec::MigConfigFile& file, const std::string& host) {
+  for (const std::string& name : {host, "gpuslice-" + host}) {
+    for (const auto& [config, entries] : file.configs) {
+      if (config == name) return name;
+    }
+  }
+  return "";
+}
+
 spec::MigConfigFile LayoutAsMigParted(const NodeLayout& layout) {
   std::vector<spec::ConfigEntry> entries;
   for (const GpuLayout& gpu : layout.gpus) {
@@ -241,6 +250,7 @@ json LayoutToJson(const NodeLayout& layout) {
           {"set_at", layout.set_at},
           {"gpus", gpus},
           {"applied_generation", layout.applied_generation},
+          {"reported_generation", layout.reported_generation},
           {"agent_message", layout.agent_message},
           {"reported_at", layout.reported_at},
           {"applied", layout.applied()}};
@@ -256,6 +266,7 @@ absl::StatusOr<NodeLayout> LayoutFromJson(const std::string& host, const json& j
     layout.set_by = j.value("set_by", "");
     layout.set_at = j.value("set_at", std::int64_t{0});
     layout.applied_generation = j.value("applied_generation", std::int64_t{0});
+    layout.reported_generation = j.value("reported_generation", std::int64_t{0});
     layout.agent_message = j.value("agent_message", "");
     layout.reported_at = j.value("reported_at", std::int64_t{0});
     for (const json& g : j.value("gpus", json::array())) {
@@ -274,7 +285,13 @@ absl::StatusOr<NodeLayout> LayoutFromJson(const std::string& host, const json& j
           return absl::InvalidArgumentError(
               absl::StrCat("layout: ", model->id, " has no profile ", name));
         }
-        gpu.instances.push_back({model->mig->IndexOf(*profile), i.at("start").get<int>()});
+        const int index = model->mig->IndexOf(*profile);
+        const int start = i.at("start").get<int>();
+        if (!geometry::Shape(*model).StartAllowed(index, start)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("layout: ", name, " cannot start at ", start, " on ", model->id));
+        }
+        gpu.instances.push_back({index, start});
       }
       layout.gpus.push_back(std::move(gpu));
     }

@@ -24,9 +24,6 @@ namespace {
 using nlohmann::json;
 using store::Value;
 
-constexpr std::int64_t kMaxTtlS = 30LL * 24 * 3600;
-constexpr size_t kMaxText = 1024;
-
 std::int64_t SystemNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -132,10 +129,10 @@ absl::Status ValidateClass(const ClassSpec& spec) {
   if (spec.vram_mib < 0 || spec.vram_mib > (1LL << 24)) {
     return absl::InvalidArgumentError("vram_mib: must be within 0..16777216");
   }
-  if (spec.max_lease_s <= 0 || spec.max_lease_s > kMaxTtlS) {
+  if (spec.max_lease_s <= 0 || spec.max_lease_s > kMaxTtlSeconds) {
     return absl::InvalidArgumentError("max_lease_s: must be within 1..2592000 (30 days)");
   }
-  if (spec.idle_timeout_s < 0 || spec.idle_timeout_s > kMaxTtlS) {
+  if (spec.idle_timeout_s < 0 || spec.idle_timeout_s > kMaxTtlSeconds) {
     return absl::InvalidArgumentError("idle_timeout_s: must be within 0..2592000");
   }
   for (const auto& [model, profile] : spec.mig) {
@@ -312,6 +309,7 @@ absl::Status Service::Reload() {
   queue_.clear();
   remotes_.clear();
   layouts_.clear();
+  cleared_generation_.clear();
   draining_.clear();
   options_.seed_default_classes = false;
   return Load();
@@ -375,8 +373,13 @@ absl::Status Service::Load() {
         ReportFromJson(store::AsText(row[0]), json::parse(store::AsText(row[1]), nullptr, false));
     report.seen_at = store::AsInt(row[2]);
     if (const std::string text = store::AsText(row[3]); !text.empty()) {
-      absl::StatusOr<NodeLayout> layout =
-          LayoutFromJson(report.host, json::parse(text, nullptr, false));
+      const json stored = json::parse(text, nullptr, false);
+      if (stored.is_object() && stored.contains("cleared_generation")) {
+        cleared_generation_[report.host] = stored.value("cleared_generation", std::int64_t{0});
+        remotes_[report.host] = std::move(report);
+        continue;
+      }
+      absl::StatusOr<NodeLayout> layout = LayoutFromJson(report.host, stored);
       if (!layout.ok()) {
         return absl::DataLossError(
             absl::StrCat("the stored layout of ", report.host, ": ", layout.status().message()));
@@ -863,10 +866,10 @@ absl::StatusOr<AcquireResult> Service::Acquire(const Caller& caller,
     }
     const TenantSpec& tenant = tenant_it->second;
     if (request.purpose.empty()) return absl::InvalidArgumentError("purpose: required");
-    if (request.purpose.size() > kMaxText) {
+    if (request.purpose.size() > kMaxTextBytes) {
       return absl::InvalidArgumentError("purpose: at most 1024 characters");
     }
-    if (request.ttl_s < 0 || request.ttl_s > kMaxTtlS) {
+    if (request.ttl_s < 0 || request.ttl_s > kMaxTtlSeconds) {
       return absl::InvalidArgumentError("ttl_s: must be within 0..2592000 (30 days)");
     }
     const ClassSpec* spec = nullptr;
@@ -1123,11 +1126,17 @@ absl::StatusOr<int> Service::Tick(const std::function<std::int64_t(const Lease&)
         continue;
       }
       auto spec = classes_.find(active.lease.class_name);
-      if (idle_seconds && spec != classes_.end() && spec->second.idle_timeout_s > 0 &&
-          idle_seconds(active.lease) >= spec->second.idle_timeout_s) {
-        ending.emplace_back(id, "reclaimed");
+      if (spec == classes_.end() || spec->second.idle_timeout_s <= 0) continue;
+      std::int64_t idle = idle_seconds ? idle_seconds(active.lease) : -1;
+      if (idle < 0) {
+        auto remote = remote_idle_.find(id);
+        if (remote != remote_idle_.end() && remote->second.valid_until >= now) {
+          idle = remote->second.idle_s;
+        }
       }
+      if (idle >= spec->second.idle_timeout_s) ending.emplace_back(id, "reclaimed");
     }
+    std::erase_if(remote_idle_, [&](const auto& entry) { return !active_.contains(entry.first); });
     for (const auto& [id, state] : ending) {
       if (absl::Status s = EndLease(id, state, system); !s.ok()) return s;
     }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cctype>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +20,7 @@ namespace gpuslice::alloc::internal {
 using nlohmann::json;
 
 inline constexpr size_t kMaxTextBytes = 1024;  // free-text fields: purpose, names, messages
+inline constexpr std::int64_t kMaxTtlSeconds = 30LL * 24 * 3600;  // the longest lease
 
 inline absl::Status NeedAdminOrAgent(const Caller& caller) {
   if (caller.role != Role::kAdmin && caller.role != Role::kAgent) {

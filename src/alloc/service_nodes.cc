@@ -98,9 +98,13 @@ void Service::StageNode(const std::string& host) {
   auto report = remotes_.find(host);
   if (report == remotes_.end()) return;
   auto layout = layouts_.find(host);
+  auto cleared = cleared_generation_.find(host);
+  const std::string stored = layout != layouts_.end() ? LayoutToJson(layout->second).dump()
+                             : cleared != cleared_generation_.end()
+                                 ? json{{"cleared_generation", cleared->second}}.dump()
+                                 : std::string();
   Stage("INSERT INTO nodes (host, report, seen_at, layout) VALUES (?, ?, ?, ?)",
-        {host, ReportJson(report->second).dump(), report->second.seen_at,
-         layout == layouts_.end() ? std::string() : LayoutToJson(layout->second).dump()});
+        {host, ReportJson(report->second).dump(), report->second.seen_at, stored});
 }
 
 absl::Status Service::Replace(const std::string& host,
@@ -165,7 +169,6 @@ absl::Status Service::Replace(const std::string& host,
     }
     Lease lease = active.lease;
     lease.claims = taken->gpus;
-    lease.devices = DeviceLines(taken->node, taken->gpus);
     kept[id] = Active{lease, *taken};
   }
   for (auto it = draining_.begin(); it != draining_.end();) {
@@ -183,6 +186,10 @@ absl::Status Service::Replace(const std::string& host,
   }
   engine_ = std::move(engine);
   active_ = std::move(kept);
+  // Device lines name a GPU by its position on its node, on the new engine's nodes.
+  for (auto& [id, active] : active_) {
+    active.lease.devices = DeviceLines(active.allocation.node, active.allocation.gpus);
+  }
   const Caller system{"gpuslice", "", Role::kAdmin};
   for (const auto& [lease, why] : lost) {
     Stage("UPDATE leases SET state = 'lost', ended_at = ? WHERE id = ?", {Now(), lease.id});
@@ -299,6 +306,35 @@ absl::StatusOr<std::vector<std::int64_t>> Service::ReportBound(
   });
 }
 
+absl::StatusOr<std::vector<std::int64_t>> Service::ReportUsage(
+    const Caller& caller, const std::string& host,
+    const std::map<std::int64_t, std::int64_t>& idle_s, std::int64_t valid_s) {
+  if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
+  if (valid_s < 1 || valid_s > 24 * 3600) {
+    return absl::InvalidArgumentError("valid_s: between 1 and 86400 seconds");
+  }
+  for (const auto& [id, idle] : idle_s) {
+    if (idle < 0 || idle > kMaxTtlSeconds) {
+      return absl::InvalidArgumentError(absl::StrCat("leases.", id, ": idle seconds out of range"));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!remotes_.contains(host)) {
+    return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
+  }
+  std::vector<std::int64_t> ignored;
+  const std::int64_t now = Now();
+  for (const auto& [id, idle] : idle_s) {
+    auto it = active_.find(id);
+    if (it == active_.end() || HostOf(it->second.lease.node) != host) {
+      ignored.push_back(id);
+      continue;
+    }
+    remote_idle_[id] = RemoteIdle{idle, now + valid_s};
+  }
+  return ignored;
+}
+
 // ---- layouts
 
 absl::StatusOr<LayoutOutcome> Service::SetLayout(const Caller& caller, const std::string& host,
@@ -315,18 +351,21 @@ absl::StatusOr<LayoutOutcome> Service::SetLayout(const Caller& caller, const std
     absl::StatusOr<spec::MigConfigFile> file =
         spec::ParseMigPartedConfig(request.config_text, origin);
     if (!file.ok()) return file.status();
-    std::string config = request.config_name;
-    if (config.empty()) {
-      for (const auto& [name, entries] : file->configs) {
-        if (name == host) config = host;
-      }
-    }
+    const std::string config =
+        request.config_name.empty() ? DefaultLayoutConfig(*file, host) : request.config_name;
     absl::StatusOr<std::vector<device::GpuInfo>> gpus = EffectiveGpus(host);
     if (!gpus.ok()) return gpus.status();
     absl::StatusOr<ResolvedLayout> resolved = ResolveLayout(*file, config, *gpus, HeldOn(host));
-    if (!resolved.ok()) return resolved.status();
+    if (!resolved.ok()) {
+      // A layout that cannot exist on these GPUs is a fault of the request, not of the state.
+      if (absl::IsFailedPrecondition(resolved.status())) {
+        return absl::InvalidArgumentError(resolved.status().message());
+      }
+      return resolved.status();
+    }
     LayoutOutcome outcome;
-    const std::string source = config.empty() ? origin : absl::StrCat(origin, ", config ", config);
+    const std::string source =
+        absl::StrCat(origin, ", config ", config.empty() ? file->configs.front().first : config);
     if (!resolved->conflicts.empty()) {
       json blocking = json::array();
       for (const LayoutConflict& conflict : resolved->conflicts) {
@@ -347,8 +386,14 @@ absl::StatusOr<LayoutOutcome> Service::SetLayout(const Caller& caller, const std
     const std::map<std::string, std::vector<std::string>> old_order = GpuOrder(host);
     NodeLayout layout;
     layout.host = host;
+    if (auto cleared = cleared_generation_.find(host); cleared != cleared_generation_.end()) {
+      layout.generation = cleared->second;
+    }
     if (auto previous = layouts_.find(host); previous != layouts_.end()) {
       layout.generation = previous->second.generation;
+      layout.applied_generation = previous->second.applied_generation;
+      layout.reported_generation = previous->second.reported_generation;
+      layout.reported_at = previous->second.reported_at;
     }
     layout.generation += 1;
     layout.source = source;
@@ -417,8 +462,15 @@ absl::StatusOr<LayoutOutcome> Service::ClearLayout(const Caller& caller, const s
     }
     if (!outcome.blocking.empty()) {
       layouts_[host] = before;
+      json blocking = json::array();
+      for (const BlockingLease& b : outcome.blocking) {
+        blocking.push_back({{"lease", b.lease.id}, {"gpu", b.gpu_index}, {"why", b.why}});
+      }
+      Audited(caller, "", "layout.refuse", host, "",
+              json{{"clear", true}, {"blocking", blocking}}.dump());
       return outcome;
     }
+    cleared_generation_[host] = before.generation;
     StageNode(host);
     Audited(caller, "", "layout.clear", host, "",
             json{{"generation", before.generation}, {"source", before.source}}.dump());
@@ -455,9 +507,11 @@ absl::Status Service::ReportLayout(const Caller& caller, const std::string& host
           "layout generation ", generation, " is not the current one (", layout.generation, ")"));
     }
     const std::string clipped = message.substr(0, kMaxTextBytes);
-    const bool changed = layout.applied_generation != generation || layout.agent_message != clipped;
+    const bool changed =
+        layout.reported_generation != generation || layout.agent_message != clipped;
     layout.reported_at = Now();
     if (!changed) return absl::OkStatus();
+    layout.reported_generation = generation;
     if (clipped.empty()) layout.applied_generation = generation;
     layout.agent_message = clipped;
     StageNode(host);

@@ -186,6 +186,28 @@ absl::StatusOr<std::int64_t> PathId(const httplib::Request& req) {
   return id;
 }
 
+// 200 with the layout in force, or 409 naming the leases in the way.
+void LayoutReply(httplib::Response& res, const alloc::LayoutOutcome& outcome,
+                 const std::string& refusal) {
+  if (!outcome.accepted) {
+    json blocking = json::array();
+    for (const alloc::BlockingLease& b : outcome.blocking) {
+      blocking.push_back({{"lease", b.lease.id},
+                          {"tenant", b.lease.tenant},
+                          {"user", b.lease.user},
+                          {"class", b.lease.class_name},
+                          {"purpose", b.lease.purpose},
+                          {"state", b.lease.state},
+                          {"gpu", b.gpu_index},
+                          {"why", b.why}});
+    }
+    Reply(res, 409, {{"error", refusal}, {"blocking", blocking}});
+    return;
+  }
+  Reply(res, 200,
+        {{"layout", outcome.layout.generation > 0 ? alloc::LayoutToJson(outcome.layout) : json()}});
+}
+
 }  // namespace
 
 ApiServer::ApiServer(alloc::Service& service, ServerOptions options)
@@ -521,11 +543,16 @@ void ApiServer::Routes() {
               gpus.push_back(
                   {{"index", g.index}, {"uuid", g.uuid}, {"model", g.model}, {"mig", g.mig}});
             }
-            out.push_back({{"host", n.host},
-                           {"cpu_milli", n.cpu_milli},
-                           {"memory_mib", n.memory_mib},
-                           {"gpus", gpus},
-                           {"seen_at", n.seen_at}});
+            absl::StatusOr<std::optional<alloc::NodeLayout>> layout =
+                service.GetLayout(caller, n.host);
+            out.push_back(
+                {{"host", n.host},
+                 {"cpu_milli", n.cpu_milli},
+                 {"memory_mib", n.memory_mib},
+                 {"gpus", gpus},
+                 {"seen_at", n.seen_at},
+                 {"layout",
+                  layout.ok() && layout->has_value() ? alloc::LayoutToJson(**layout) : json()}});
           }
           Reply(res, 200, {{"nodes", out}});
         }));
@@ -543,7 +570,12 @@ void ApiServer::Routes() {
                            {"claims", claims},
                            {"bound", BoundJson(a.bound)}});
           }
-          Reply(res, 200, {{"assignments", out}});
+          absl::StatusOr<std::optional<alloc::NodeLayout>> layout =
+              service.GetLayout(caller, req.matches[1].str());
+          if (!layout.ok()) return Fail(res, layout.status());
+          Reply(res, 200,
+                {{"assignments", out},
+                 {"layout", layout->has_value() ? alloc::LayoutToJson(**layout) : json()}});
         }));
   s.Post(
       R"(/v1/nodes/([A-Za-z0-9._-]+)/bound)",
@@ -586,6 +618,98 @@ void ApiServer::Routes() {
         if (!ignored.ok()) return Fail(res, ignored.status());
         Reply(res, 200, {{"ignored", *ignored}});
       }));
+
+  s.Post(R"(/v1/nodes/([A-Za-z0-9._-]+)/usage)",
+         authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                           httplib::Response& res) {
+           absl::StatusOr<json> body = Body(req, {"leases", "valid_s"});
+           if (!body.ok()) return Fail(res, body.status());
+           std::int64_t valid_s = 0;
+           if (absl::Status st = Field(*body, "valid_s", &valid_s); !st.ok()) return Fail(res, st);
+           auto leases = body->find("leases");
+           if (leases == body->end() || !leases->is_object()) {
+             return Fail(res, absl::InvalidArgumentError(
+                                  "leases: an object of lease id to {\"idle_s\": seconds}"));
+           }
+           std::map<std::int64_t, std::int64_t> idle;
+           for (const auto& [key, usage] : leases->items()) {
+             std::int64_t id = 0;
+             if (!absl::SimpleAtoi(key, &id) || id <= 0 || !usage.is_object()) {
+               return Fail(res, absl::InvalidArgumentError(absl::StrCat(
+                                    "leases.", key, ": a lease id mapping to {\"idle_s\": n}")));
+             }
+             if (absl::Status st = Only(usage, {"idle_s"}, "leases[]"); !st.ok()) {
+               return Fail(res, st);
+             }
+             std::int64_t seconds = -1;
+             if (absl::Status st = Field(usage, "idle_s", &seconds); !st.ok()) {
+               return Fail(res, st);
+             }
+             idle[id] = seconds;
+           }
+           absl::StatusOr<std::vector<std::int64_t>> ignored =
+               service.ReportUsage(caller, req.matches[1].str(), idle, valid_s);
+           if (!ignored.ok()) return Fail(res, ignored.status());
+           Reply(res, 200, {{"ignored", *ignored}});
+         }));
+
+  // ---- layouts: an admin fixes a machine's MIG layout; its agent carries it out
+  s.Put(R"(/v1/nodes/([A-Za-z0-9._-]+)/layout)",
+        authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                          httplib::Response& res) {
+          absl::StatusOr<json> body = Body(req, {"config", "name", "origin"});
+          if (!body.ok()) return Fail(res, body.status());
+          alloc::LayoutRequest request;
+          for (absl::Status st : {Field(*body, "config", &request.config_text),
+                                  Field(*body, "name", &request.config_name),
+                                  Field(*body, "origin", &request.origin)}) {
+            if (!st.ok()) return Fail(res, st);
+          }
+          if (request.config_text.empty()) {
+            return Fail(res, absl::InvalidArgumentError(
+                                 "config: the mig-parted config text (YAML or JSON) is required"));
+          }
+          absl::StatusOr<alloc::LayoutOutcome> outcome =
+              service.SetLayout(caller, req.matches[1].str(), request);
+          if (!outcome.ok()) return Fail(res, outcome.status());
+          LayoutReply(res, *outcome, "leases stand in the way of the layout; nothing was changed");
+        }));
+  s.Get(
+      R"(/v1/nodes/([A-Za-z0-9._-]+)/layout)",
+      authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                        httplib::Response& res) {
+        absl::StatusOr<std::optional<alloc::NodeLayout>> layout =
+            service.GetLayout(caller, req.matches[1].str());
+        if (!layout.ok()) return Fail(res, layout.status());
+        Reply(res, 200, {{"layout", layout->has_value() ? alloc::LayoutToJson(**layout) : json()}});
+      }));
+  s.Delete(R"(/v1/nodes/([A-Za-z0-9._-]+)/layout)",
+           authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                             httplib::Response& res) {
+             absl::StatusOr<alloc::LayoutOutcome> outcome =
+                 service.ClearLayout(caller, req.matches[1].str());
+             if (!outcome.ok()) return Fail(res, outcome.status());
+             LayoutReply(res, *outcome,
+                         "leases stand in the way of clearing the layout; nothing was changed");
+           }));
+  s.Post(R"(/v1/nodes/([A-Za-z0-9._-]+)/layout/status)",
+         authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                           httplib::Response& res) {
+           absl::StatusOr<json> body = Body(req, {"generation", "message"});
+           if (!body.ok()) return Fail(res, body.status());
+           std::int64_t generation = 0;
+           std::string message;
+           for (absl::Status st :
+                {Field(*body, "generation", &generation), Field(*body, "message", &message)}) {
+             if (!st.ok()) return Fail(res, st);
+           }
+           if (absl::Status st =
+                   service.ReportLayout(caller, req.matches[1].str(), generation, message);
+               !st.ok()) {
+             return Fail(res, st);
+           }
+           Reply(res, 200, {{"generation", generation}});
+         }));
   s.Get("/v1/audit", authed([&service](const alloc::Caller& caller, const httplib::Request& req,
                                        httplib::Response& res) {
           alloc::AuditQuery query;

@@ -84,6 +84,7 @@ class Agent {
     cluster_ = std::make_unique<place::Cluster>(*std::move(cluster));
     binder_ = alloc::MakeBackendBinder(backend_, o_.host, gpus_, false);
     binder_->SetFixedGpus(fixed_);
+    idle_.Rebind(binder_);
     std::cerr << Log() << "reported " << gpus_.size() << " GPUs of " << o_.host << " as "
               << reply.body["nodes"].dump() << "\n";
     return kExitOk;
@@ -147,17 +148,41 @@ class Agent {
       std::cerr << Log() << "lease " << it->first << " ended: its devices are torn down\n";
       it = held_.erase(it);
     }
+    ReportUsage();
     CollectIdle();
     return kExitOk;
   }
 
  private:
+  // Tells the service how long each lease's devices have been idle (no process on them), for
+  // the idle reclaim of classes with an idle timeout. The figures hold for three rounds.
+  void ReportUsage() {
+    if (held_.empty()) return;
+    const std::int64_t now = EpochNow();
+    json leases = json::object();
+    for (const auto& [lease, devices] : held_) {
+      const std::int64_t idle = idle_.IdleSeconds(lease, DeviceNode(devices), devices, now);
+      if (idle >= 0) leases[std::to_string(lease)] = {{"idle_s", idle}};
+    }
+    if (leases.empty()) return;
+    json body = {{"leases", leases}, {"valid_s", 3 * o_.interval_s + 5}};
+    Reply reply;
+    (void)Call(o_.c, "POST", "/v1/nodes/" + o_.host + "/usage", &body, &reply);
+  }
+
+  // A placement node of this machine that the binder handles (the tracker asks it).
+  std::string DeviceNode(const std::vector<alloc::BoundDevice>&) const {
+    return cluster_ != nullptr && cluster_->node_count() > 0 ? cluster_->spec(0).name : o_.host;
+  }
+
   // Makes the GPUs match the machine's fixed layout (null: none) and tells the service how it
   // went when that changed. A MIG mode change is reported to the service as a new report.
   int CarryOutLayout(const json& wanted) {
     if (wanted.is_null()) {
       fixed_.clear();
       binder_->SetFixedGpus(fixed_);
+      reported_generation_ = 0;  // a layout set later is reported whatever its generation
+      reported_message_.clear();
       return kExitOk;
     }
     absl::StatusOr<alloc::NodeLayout> layout = alloc::LayoutFromJson(o_.host, wanted);
@@ -247,7 +272,8 @@ class Agent {
   std::shared_ptr<device::Backend> backend_;
   std::vector<device::GpuInfo> gpus_;
   std::unique_ptr<place::Cluster> cluster_;
-  std::unique_ptr<alloc::DeviceBinder> binder_;
+  std::shared_ptr<alloc::DeviceBinder> binder_;
+  alloc::IdleTracker idle_{nullptr};
   std::map<std::int64_t, std::vector<alloc::BoundDevice>> held_;
   std::set<int> fixed_;  // GPUs (NVML indexes) with a fixed layout
   std::int64_t reported_generation_ = 0;

@@ -4,8 +4,9 @@
 //   gpuslice node set-layout HOST FILE       fix its MIG layout from a mig-parted config
 //   gpuslice node clear-layout HOST          back to MIG slices made on demand
 // set-layout reads FILE here (strictly: a bad file is reported with its line before anything is
-// sent), picks the config (--config, else the one named HOST, else the file's only one) and sends
-// only that config. When leases stand in the way, nothing changes and they are listed (exit 1).
+// sent), picks the config (--config, else the one named HOST or gpuslice-HOST as `gpuslice plan`
+// names them, else the file's only one) and sends only that config. When leases stand in the way,
+// nothing changes and they are listed (exit 1).
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -150,7 +151,7 @@ void AddNodeCommands(CLI::App& app, const GlobalOptions&, Action* action) {
     cmd->add_option("host", o->host, "The machine")->required();
     cmd->add_option("file", o->file, "mig-parted config file (YAML or JSON)")->required();
     cmd->add_option("--config", o->config,
-                    "Config to use (default: the one named after HOST, else the only one)");
+                    "Config to use (default: HOST or gpuslice-HOST, else the file's only one)");
     cmd->callback([o, action] {
       *action = [o]() -> int {
         std::ifstream in(o->file);
@@ -166,11 +167,7 @@ void AddNodeCommands(CLI::App& app, const GlobalOptions&, Action* action) {
           return kExitBadInput;
         }
         std::string name = o->config;
-        if (name.empty()) {
-          for (const auto& [config, entries] : file->configs) {
-            if (config == o->host) name = config;
-          }
-        }
+        if (name.empty()) name = alloc::DefaultLayoutConfig(*file, o->host);
         absl::StatusOr<const std::vector<spec::ConfigEntry>*> entries =
             spec::SelectConfig(*file, name);
         if (!entries.ok()) {

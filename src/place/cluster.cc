@@ -347,6 +347,10 @@ std::string Cluster::WhyNot(int node, const Request& request) const {
   for (int g = 0; g < n.spec.gpus; ++g) {
     if (ShareFitsGpu(node, g, request)) return "";
   }
+  if (n.spec.mode == GpuMode::kMig && !n.spec.fixed.empty()) {
+    return absl::StrCat("no free ", n.shape->profile(MigProfileFor(node, request)).name,
+                        " instance in the GPUs' layouts");
+  }
   return "no GPU has room for the share";
 }
 

@@ -448,5 +448,129 @@ TEST_F(NodesApiTest, AReportedMachineSurvivesARestart) {
   EXPECT_EQ(Assignments(), assignments_before);
 }
 
+// An agent's usage reports drive the idle reclaim of leases on its machine: a lease idle at
+// least its class's idle timeout is reclaimed at the next tick, a busier one is not, and a figure
+// older than its validity counts as unknown (never reclaimed for it).
+TEST_F(NodesApiTest, AgentsUsageReportsDriveIdleReclaim) {
+  Start();
+  ASSERT_EQ(Call("PUT", "/v1/nodes/r1", agent_, Report(json::array({Gpu(0)}))).status, 200);
+  Reply klass = Call("PUT", "/v1/classes/nb", admin_,
+                     json{{"mig", {{"H100-80GB", "1g.10gb"}}}, {"idle_timeout_s", 60}});
+  ASSERT_EQ(klass.status, 200) << klass.text;
+  auto acquire = [&](const std::string& purpose) {
+    Reply r = Call("POST", "/v1/leases", tenant_,
+                   json{{"class", "nb"}, {"purpose", purpose}, {"wait", false}});
+    EXPECT_EQ(r.status, 201) << r.text;
+    EXPECT_EQ(r.body["lease"]["node"], "r1/H100-80GB-mig");
+    return r.body["lease"]["id"].get<std::int64_t>();
+  };
+  const std::int64_t idle = acquire("idle notebook");
+  const std::int64_t busy = acquire("busy notebook");
+  const std::int64_t stale = acquire("agent went quiet");
+  auto usage = [&](std::int64_t lease, std::int64_t seconds, std::int64_t valid) {
+    return Call(
+        "POST", "/v1/nodes/r1/usage", agent_,
+        json{{"leases", {{std::to_string(lease), {{"idle_s", seconds}}}}}, {"valid_s", valid}});
+  };
+  auto state = [&](std::int64_t lease) {
+    return Get("/v1/leases/" + std::to_string(lease), "state").get<std::string>();
+  };
+
+  ASSERT_EQ(usage(idle, 30, 100).status, 200);
+  ASSERT_EQ(usage(busy, 0, 100).status, 200);
+  ASSERT_EQ(usage(stale, 500, 10).status, 200);
+  clock_.Advance(11);  // the stale figure is no longer valid
+  ASSERT_TRUE(service_->Tick([](const alloc::Lease&) { return -1; }).ok());
+  EXPECT_EQ(state(idle), "active");  // 30 s < 60 s
+  EXPECT_EQ(state(busy), "active");
+  EXPECT_EQ(state(stale), "active");  // unknown, not reclaimed
+
+  ASSERT_EQ(usage(idle, 61, 100).status, 200);
+  ASSERT_TRUE(service_->Tick([](const alloc::Lease&) { return -1; }).ok());
+  EXPECT_EQ(state(idle), "reclaimed");
+  EXPECT_EQ(state(busy), "active");
+  EXPECT_EQ(state(stale), "active");
+  EXPECT_EQ(Count(Audit(), "reclaim"), 1);
+
+  // An ended or unknown lease is ignored (and named); bad figures are refused.
+  Reply ignored = usage(idle, 1000, 100);
+  ASSERT_EQ(ignored.status, 200) << ignored.text;
+  EXPECT_EQ(ignored.body["ignored"], json::array({idle}));
+  EXPECT_EQ(usage(busy, -1, 100).status, 400);
+  EXPECT_EQ(usage(busy, 10, 0).status, 400);
+  EXPECT_EQ(Call("POST", "/v1/nodes/r1/usage", agent_,
+                 json{{"leases", {{"x", {{"idle_s", 1}}}}}, {"valid_s", 10}})
+                .status,
+            400);
+  EXPECT_EQ(Call("POST", "/v1/nodes/r1/usage", agent_,
+                 json{{"leases", {{std::to_string(busy), {{"idle", 1}}}}}, {"valid_s", 10}})
+                .status,
+            400);
+  EXPECT_EQ(
+      Call("POST", "/v1/nodes/r1/usage", tenant_, json{{"leases", json::object()}, {"valid_s", 10}})
+          .status,
+      403);
+  EXPECT_EQ(Call("POST", "/v1/nodes/nowhere/usage", agent_,
+                 json{{"leases", json::object()}, {"valid_s", 10}})
+                .status,
+            404);
+  ASSERT_TRUE(service_->Tick([](const alloc::Lease&) { return -1; }).ok());
+  EXPECT_EQ(state(busy), "active");
+}
+
+// A layout that turns MIG off on one GPU moves the machine's other GPUs to new positions in their
+// placement node; a lease on them follows its physical GPU (by UUID) and keeps its instance.
+TEST_F(NodesApiTest, ALayoutThatChangesModesKeepsLeasesOnTheirPhysicalGpus) {
+  Start();
+  ASSERT_EQ(Call("PUT", "/v1/nodes/r1", agent_, Report(json::array({Gpu(0), Gpu(1)}))).status, 200);
+  Reply klass = Call("PUT", "/v1/classes/h", admin_, json{{"mig", {{"H100-80GB", "3g.40gb"}}}});
+  ASSERT_EQ(klass.status, 200) << klass.text;
+  // Two 3g.40gb instances per GPU: the third lands on the second GPU (index 1).
+  std::vector<json> leases;
+  for (int i = 0; i < 3; ++i) {
+    Reply r = Call("POST", "/v1/leases", tenant_,
+                   json{{"class", "h"}, {"purpose", absl::StrCat("svc ", i)}, {"wait", false}});
+    ASSERT_EQ(r.status, 201) << r.text;
+    leases.push_back(r.body["lease"]);
+  }
+  auto device = [](const json& lease) { return lease["devices"][0].get<std::string>(); };
+  ASSERT_THAT(device(leases[2]), ::testing::StartsWith("GPU 1 MIG 3g.40gb@")) << leases[2].dump();
+  const std::string start = device(leases[2]).substr(device(leases[2]).find('@'));
+  // Release the two on GPU 0 (it must be free to turn MIG off), keep the one on GPU 1.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_THAT(device(leases[static_cast<size_t>(i)]), ::testing::StartsWith("GPU 0 "));
+    ASSERT_EQ(
+        Call("DELETE", "/v1/leases/" + leases[static_cast<size_t>(i)]["id"].dump(), tenant_).status,
+        200);
+  }
+  const std::string config =
+      "version: v1\nmig-configs:\n  r1:\n    - devices: [0]\n      mig-enabled: false\n"
+      "    - devices: [1]\n      mig-enabled: true\n      mig-devices: {\"3g.40gb\": 2}\n";
+  Reply set = Call("PUT", "/v1/nodes/r1/layout", admin_, json{{"config", config}});
+  ASSERT_EQ(set.status, 200) << set.text;
+  EXPECT_EQ(InventoryNames(), (std::set<std::string>{"n1", "r1/H100-80GB-mig", "r1/H100-80GB"}));
+  Reply kept = Call("GET", "/v1/leases/" + leases[2]["id"].dump(), tenant_);
+  ASSERT_EQ(kept.status, 200) << kept.text;
+  EXPECT_EQ(kept.body["state"], "active");
+  // GPU 1 is now the only GPU of r1/H100-80GB-mig: position 0, same instance.
+  EXPECT_EQ(device(kept.body), "GPU 0 MIG 3g.40gb" + start);
+  EXPECT_EQ(kept.body["node"], "r1/H100-80GB-mig");
+  // The layout's other 3g.40gb instance is the only one left on the machine; GPU 0 is whole.
+  Reply another = Call("POST", "/v1/leases", tenant_,
+                       json{{"class", "h"}, {"purpose", "one more"}, {"wait", false}});
+  ASSERT_EQ(another.status, 201) << another.text;
+  EXPECT_EQ(another.body["lease"]["node"], "r1/H100-80GB-mig");
+  EXPECT_NE(device(another.body["lease"]), device(kept.body));
+  Reply none = Call("POST", "/v1/leases", tenant_,
+                    json{{"class", "h"}, {"purpose", "no room"}, {"wait", false}});
+  EXPECT_EQ(none.status, 409) << none.text;
+  EXPECT_EQ(Count(Audit(), "lose"), 0);
+  // The assignments tell the agent the layout.
+  Reply assignments = Call("GET", "/v1/nodes/r1/assignments", agent_);
+  ASSERT_EQ(assignments.status, 200);
+  EXPECT_EQ(assignments.body["layout"]["generation"], 1);
+  EXPECT_EQ(assignments.body["assignments"].size(), 2u);
+}
+
 }  // namespace
 }  // namespace gpuslice::api

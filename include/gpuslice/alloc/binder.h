@@ -71,6 +71,9 @@ class IdleTracker {
   explicit IdleTracker(std::shared_ptr<DeviceBinder> binder) : binder_(std::move(binder)) {}
   std::int64_t IdleSeconds(std::int64_t lease, const std::string& node,
                            const std::vector<BoundDevice>& devices, std::int64_t now);
+  // Asks another binder from now on (the machine's GPUs were listed again); what was seen idle
+  // stays idle since then.
+  void Rebind(std::shared_ptr<DeviceBinder> binder) { binder_ = std::move(binder); }
 
  private:
   std::shared_ptr<DeviceBinder> binder_;

@@ -49,9 +49,10 @@ struct NodeLayout {
   std::string source;           // the file and config it came from
   std::string set_by;
   std::int64_t set_at = 0;
-  std::vector<GpuLayout> gpus;          // the GPUs it covers, by index
-  std::int64_t applied_generation = 0;  // the newest generation the agent has carried out
-  std::string agent_message;            // the agent's last failure; empty when it succeeded
+  std::vector<GpuLayout> gpus;           // the GPUs it covers, by index
+  std::int64_t applied_generation = 0;   // the newest generation the agent has carried out
+  std::int64_t reported_generation = 0;  // the generation the agent's last report was about
+  std::string agent_message;  // why the agent could not carry out reported_generation; "" = it did
   std::int64_t reported_at = 0;
   bool applied() const { return applied_generation == generation && agent_message.empty(); }
 };
@@ -86,6 +87,10 @@ absl::StatusOr<ResolvedLayout> ResolveLayout(const spec::MigConfigFile& file,
                                              const std::string& config_name,
                                              const std::vector<device::GpuInfo>& gpus,
                                              const std::vector<HeldDevice>& held);
+
+// The config of `file` meant for `host` when none is named: "<host>", else "gpuslice-<host>" (as
+// `gpuslice plan -o` names them); empty (= the file's only config) when neither exists.
+std::string DefaultLayoutConfig(const spec::MigConfigFile& file, const std::string& host);
 
 // The layout as a mig-parted config named after the host, one entry per GPU (devices: [index]),
 // with gpuslice-placements, for the agent's reconciler.

@@ -175,7 +175,8 @@ struct Assignment {
 };
 
 // A layout an admin asks for: a mig-parted config (YAML or JSON text, as `gpuslice plan -o` writes
-// it) and the config to use (empty: the one named after the host, else the file's only one).
+// it) and the config to use (empty: alloc::DefaultLayoutConfig: "<host>" or "gpuslice-<host>",
+// else the file's only one).
 struct LayoutRequest {
   std::string config_text;
   std::string config_name;
@@ -245,8 +246,9 @@ class Service {
   absl::StatusOr<std::vector<AuditEvent>> Audit(const Caller& caller, const AuditQuery& query);
 
   // Expires leases past their end, reclaims idle ones (`idle_seconds` returns how long a lease
-  // has had no process and no memory in use, or -1 when unknown), and grants queued requests
-  // that now fit. Returns the number of leases ended.
+  // has had no process and no memory in use, or -1 when unknown; for leases it does not know,
+  // the agents' ReportUsage figures count), and grants queued requests that now fit. Returns
+  // the number of leases ended.
   absl::StatusOr<int> Tick(const std::function<std::int64_t(const Lease&)>& idle_seconds = {});
 
   // The inventory as given to Open, without leases (it never changes).
@@ -266,11 +268,20 @@ class Service {
   absl::StatusOr<std::vector<std::int64_t>> ReportBound(
       const Caller& caller, const std::string& host,
       const std::map<std::int64_t, std::vector<BoundDevice>>& bound);
+  // How long each of `host`'s leases has had no process and no memory in use (seconds, 0 while
+  // busy), as its agent measured it. Tick reclaims by these figures while they are fresher than
+  // `valid_s`; after that a lease's idleness is unknown (never reclaimed for it). Leases not
+  // active on `host` are ignored and returned. Kept in memory only.
+  absl::StatusOr<std::vector<std::int64_t>> ReportUsage(
+      const Caller& caller, const std::string& host,
+      const std::map<std::int64_t, std::int64_t>& idle_s, std::int64_t valid_s);
+
   // ---- layouts (setting and clearing: admin; reading: admin or agent)
   // Fixes the MIG layout of a reported machine's GPUs (gpuslice/alloc/layout.h). When leases
   // stand in the way, nothing changes and the outcome names them; otherwise the layout is stored
   // and from now on only its instances are handed out on those GPUs, while the machine's agent
-  // makes the GPUs match. Config errors are InvalidArgument/NotFound/FailedPrecondition.
+  // makes the GPUs match. Config errors (including a layout that cannot exist on the machine's
+  // GPUs) are InvalidArgument, an unknown config or machine NotFound.
   absl::StatusOr<LayoutOutcome> SetLayout(const Caller& caller, const std::string& host,
                                           const LayoutRequest& request);
   // Back to MIG slices made on demand. Refused like SetLayout when it would change a GPU's MIG
@@ -370,6 +381,14 @@ class Service {
   std::map<std::string, Caller> users_by_token_hash_;
   std::map<std::string, NodeReport> remotes_;  // by host
   std::map<std::string, NodeLayout> layouts_;  // by host
+  // The generation of a cleared layout, so that the next one continues from it (stored in the
+  // machine's row in place of the layout).
+  std::map<std::string, std::int64_t> cleared_generation_;
+  struct RemoteIdle {
+    std::int64_t idle_s = 0;
+    std::int64_t valid_until = 0;
+  };
+  std::map<std::int64_t, RemoteIdle> remote_idle_;  // by lease, from agents' usage reports
   std::set<std::string> user_names_;
   struct Active {
     Lease lease;
