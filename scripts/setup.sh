@@ -8,6 +8,7 @@ PACKAGES=(
   libabsl-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   clang-format coinor-libcbc-dev libsqlite3-dev libssl-dev libpq-dev libcpp-httplib-dev
+  libjemalloc-dev
   postgresql
 )
 

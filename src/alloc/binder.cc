@@ -12,6 +12,17 @@
 namespace gpuslice::alloc {
 namespace {
 
+// GPUs by placement node, in node order (GPU g of a node is its g-th).
+std::map<std::string, std::vector<device::GpuInfo>> GroupByNode(
+    const std::string& host, const std::vector<device::GpuInfo>& gpus, bool mig_if_capable) {
+  std::map<std::string, std::vector<device::GpuInfo>> by_node;
+  for (const device::GpuInfo& gpu : gpus) {
+    if (gpu.model == nullptr) continue;
+    by_node[NodeNameFor(host, gpu, mig_if_capable)].push_back(gpu);
+  }
+  return by_node;
+}
+
 class BackendBinder final : public DeviceBinder {
  public:
   BackendBinder(std::shared_ptr<device::Backend> backend,
@@ -91,6 +102,12 @@ class BackendBinder final : public DeviceBinder {
   void SetFixedGpus(const std::set<int>& gpu_indexes) override {
     std::lock_guard<std::mutex> lock(mutex_);
     fixed_ = gpu_indexes;
+  }
+
+  void SetGpus(const std::string& host, const std::vector<device::GpuInfo>& gpus,
+               bool mig_if_capable) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    gpus_by_node_ = GroupByNode(host, gpus, mig_if_capable);
   }
 
  private:
@@ -224,12 +241,8 @@ std::unique_ptr<DeviceBinder> MakeBackendBinder(std::shared_ptr<device::Backend>
                                                 const std::string& host,
                                                 const std::vector<device::GpuInfo>& gpus,
                                                 bool mig_if_capable) {
-  std::map<std::string, std::vector<device::GpuInfo>> by_node;
-  for (const device::GpuInfo& gpu : gpus) {
-    if (gpu.model == nullptr) continue;
-    by_node[NodeNameFor(host, gpu, mig_if_capable)].push_back(gpu);
-  }
-  return std::make_unique<BackendBinder>(std::move(backend), std::move(by_node));
+  return std::make_unique<BackendBinder>(std::move(backend),
+                                         GroupByNode(host, gpus, mig_if_capable));
 }
 
 }  // namespace gpuslice::alloc

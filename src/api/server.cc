@@ -1,9 +1,18 @@
 #include "gpuslice/api/server.h"
 
 #include <httplib.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <set>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +25,193 @@ namespace {
 using nlohmann::json;
 
 constexpr std::size_t kMaxBodyBytes = 64 * 1024;
+
+// ---- transport
+//
+// httplib 0.11's own connection loop polls before every recv() and every send(), wakes every
+// 10 ms to see whether a keep-alive connection has a new request, starts each request with a
+// fresh 4 KiB buffer, and sends a response's headers and body in two send()s: with TCP_NODELAY,
+// two segments, so the client wakes twice. With one thread per connection on a small machine,
+// those system calls and wake-ups were most of the server's time. HttpServer keeps httplib's
+// request parsing, routing and response writing (process_request) and runs them over
+// ConnectionStream: one read buffer for the whole connection, recv() without a poll when
+// bytes are there, and a response gathered into one send().
+
+// A peer's or our own address as httplib gives it (numeric host, port).
+void SocketAddress(int sock, bool peer, std::string& ip, int& port) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  sockaddr* generic = reinterpret_cast<sockaddr*>(&addr);
+  if ((peer ? ::getpeername(sock, generic, &len) : ::getsockname(sock, generic, &len)) != 0) {
+    return;
+  }
+  if (addr.ss_family == AF_INET) {
+    port = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
+  } else if (addr.ss_family == AF_INET6) {
+    port = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
+  }
+  char host[NI_MAXHOST] = {};
+  if (::getnameinfo(generic, len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) == 0) ip = host;
+}
+
+class ConnectionStream final : public httplib::Stream {
+ public:
+  ConnectionStream(int sock, int wake_fd, int read_timeout_ms)
+      : sock_(sock), wake_fd_(wake_fd), read_timeout_ms_(read_timeout_ms), in_(16 * 1024) {}
+
+  bool is_readable() const override {
+    return begin_ < end_ || WaitReadable(read_timeout_ms_, false);
+  }
+  bool is_writable() const override { return true; }  // send() itself times out (SO_SNDTIMEO)
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (begin_ == end_) {
+      // Never wait for input with output unsent (a "100 Continue" goes before the body).
+      if (!Flush()) return -1;
+      const ssize_t n = Fill(read_timeout_ms_);
+      if (n <= 0) return n;
+    }
+    const size_t n = std::min(size, end_ - begin_);
+    std::memcpy(ptr, in_.data() + begin_, n);
+    begin_ += n;
+    return static_cast<ssize_t>(n);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    if (size >= kDirectWrite) {  // a large body goes as it is, after what came before it
+      if (!Flush() || !SendAll(ptr, size)) return -1;
+    } else {
+      out_.append(ptr, size);
+    }
+    return static_cast<ssize_t>(size);
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    if (remote_port_ < 0) SocketAddress(sock_, true, remote_ip_, remote_port_);
+    ip = remote_ip_;
+    port = remote_port_;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    if (local_port_ < 0) SocketAddress(sock_, false, local_ip_, local_port_);
+    ip = local_ip_;
+    port = local_port_;
+  }
+  socket_t socket() const override { return sock_; }
+
+  // Waits up to `timeout_ms` for the next request: false at the timeout or once the server
+  // stops (the wake descriptor turns readable). The end of the stream counts as readable.
+  bool WaitRequest(int timeout_ms) { return begin_ < end_ || WaitReadable(timeout_ms, true); }
+
+  // Sends what the response wrote.
+  bool Flush() {
+    const bool ok = SendAll(out_.data(), out_.size());
+    out_.clear();
+    return ok;
+  }
+
+ private:
+  static constexpr std::size_t kDirectWrite = 64 * 1024;
+
+  bool WaitReadable(int timeout_ms, bool or_wake) const {
+    pollfd fds[2] = {{sock_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    const nfds_t count = or_wake && wake_fd_ >= 0 ? 2 : 1;
+    for (;;) {
+      const int n = ::poll(fds, count, timeout_ms);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 || (count == 2 && fds[1].revents != 0)) return false;
+      return fds[0].revents != 0;
+    }
+  }
+
+  // Refills the empty buffer: the byte count, 0 at the end of the stream, -1 on an error or
+  // after `timeout_ms` without a byte.
+  ssize_t Fill(int timeout_ms) {
+    begin_ = end_ = 0;
+    for (;;) {
+      const ssize_t n = ::recv(sock_, in_.data(), in_.size(), MSG_DONTWAIT);
+      if (n >= 0) {
+        end_ = static_cast<size_t>(n);
+        return n;
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+      if (!WaitReadable(timeout_ms, false)) return -1;
+    }
+  }
+
+  bool SendAll(const char* data, size_t size) {
+    while (size > 0) {
+      const ssize_t n = ::send(sock_, data, size, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return false;
+      }
+      data += n;
+      size -= static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  int sock_;
+  int wake_fd_;
+  int read_timeout_ms_;
+  std::vector<char> in_;
+  size_t begin_ = 0;
+  size_t end_ = 0;
+  std::string out_;
+  // Both addresses are asked once per connection, not once per request.
+  mutable std::string remote_ip_;
+  mutable int remote_port_ = -1;
+  mutable std::string local_ip_;
+  mutable int local_port_ = -1;
+};
+
+class HttpServer final : public httplib::Server {
+ public:
+  HttpServer() : wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+  ~HttpServer() override {
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+  }
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // After stop(): the connections waiting for their next request close now (the requests in
+  // flight finish first).
+  void WakeIdle() {
+    const std::uint64_t one = 1;
+    if (wake_fd_ >= 0 && ::write(wake_fd_, &one, sizeof one) < 0) {
+      // Nothing to do: idle connections then close at their keep-alive timeout.
+    }
+  }
+
+ private:
+  // The loop httplib runs for each accepted connection, over ConnectionStream.
+  bool process_and_close_socket(socket_t sock) override {
+    // A send() stuck for the write timeout fails, as httplib's poll before each send did.
+    timeval send_timeout{};
+    send_timeout.tv_sec = write_timeout_sec_;
+    send_timeout.tv_usec = static_cast<suseconds_t>(write_timeout_usec_);
+    ::setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
+    const int read_ms = static_cast<int>(read_timeout_sec_ * 1000 + read_timeout_usec_ / 1000);
+    const int keep_alive_ms = static_cast<int>(keep_alive_timeout_sec_ * 1000);
+    bool ret = false;
+    {
+      ConnectionStream strm(sock, wake_fd_, read_ms);
+      for (std::size_t left = keep_alive_max_count_;
+           left > 0 && svr_sock_ != INVALID_SOCKET && strm.WaitRequest(keep_alive_ms); --left) {
+        bool connection_closed = false;
+        ret = process_request(strm, left == 1, connection_closed, nullptr);
+        if (!strm.Flush()) ret = false;
+        if (!ret || connection_closed) break;
+      }
+    }
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return ret;
+  }
+
+  int wake_fd_;
+};
 
 int HttpCode(const absl::Status& status) {
   switch (status.code()) {
@@ -211,9 +407,7 @@ void LayoutReply(httplib::Response& res, const alloc::LayoutOutcome& outcome,
 }  // namespace
 
 ApiServer::ApiServer(alloc::Service& service, ServerOptions options)
-    : service_(service),
-      options_(std::move(options)),
-      server_(std::make_unique<httplib::Server>()) {}
+    : service_(service), options_(std::move(options)), server_(std::make_unique<HttpServer>()) {}
 
 ApiServer::~ApiServer() { Stop(); }
 
@@ -778,7 +972,10 @@ absl::Status ApiServer::Start() {
 }
 
 void ApiServer::Stop() {
-  if (server_) server_->stop();
+  if (server_) {
+    server_->stop();
+    static_cast<HttpServer&>(*server_).WakeIdle();
+  }
   if (thread_.joinable()) thread_.join();
 }
 

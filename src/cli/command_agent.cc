@@ -20,7 +20,6 @@
 #include "absl/strings/str_cat.h"
 #include "client.h"
 #include "common.h"
-#include "gpuslice/agent/apply.h"
 #include "gpuslice/alloc/binder.h"
 #include "gpuslice/alloc/inventory.h"
 #include "gpuslice/alloc/layout.h"
@@ -28,6 +27,7 @@
 #include "gpuslice/device/nvml_backend.h"
 #include "gpuslice/device/sim_backend.h"
 #include "gpuslice/device/sim_machine.h"
+#include "layout_runner.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -181,8 +181,6 @@ class Agent {
     if (wanted.is_null()) {
       fixed_.clear();
       binder_->SetFixedGpus(fixed_);
-      reported_generation_ = 0;  // a layout set later is reported whatever its generation
-      reported_message_.clear();
       return kExitOk;
     }
     absl::StatusOr<alloc::NodeLayout> layout = alloc::LayoutFromJson(o_.host, wanted);
@@ -192,46 +190,26 @@ class Agent {
                 << "\n";
       return kExitOk;
     }
-    fixed_.clear();
-    for (const alloc::GpuLayout& gpu : layout->gpus) {
-      if (gpu.mig) fixed_.insert(gpu.index);
-    }
+    const LayoutRun run = cli::CarryOutLayout(*backend_, catalog_, *layout);
+    fixed_ = run.fixed;
     binder_->SetFixedGpus(fixed_);
-    const spec::MigConfigFile file = alloc::LayoutAsMigParted(*layout);
-    agent::ApplyRequest request;
-    request.file = &file;
-    request.file_path = "layout " + std::to_string(layout->generation);
-    request.config_name = o_.host;
-    std::vector<std::string> lines;
-    absl::StatusOr<agent::ApplyResult> applied = agent::ApplyConfig(
-        *backend_, catalog_, request, [&](const std::string& line) { lines.push_back(line); });
-    const std::string message = applied.ok() ? "" : std::string(applied.status().message());
-    if (applied.ok() && applied->changed) {
-      std::cerr << Log() << "layout " << layout->generation << " carried out: " << applied->created
-                << " instance(s) created, " << applied->destroyed << " destroyed, " << applied->kept
+    if (run.changed) {
+      std::cerr << Log() << "layout " << layout->generation << " carried out: " << run.created
+                << " instance(s) created, " << run.destroyed << " destroyed, " << run.kept
                 << " kept\n";
     }
-    const bool modes_changed =
-        applied.ok() && std::any_of(applied->plans.begin(), applied->plans.end(),
-                                    [](const agent::GpuPlan& p) { return p.mode_change; });
-    if (modes_changed) {
+    if (run.modes_changed) {
       if (int rc = Report(); rc == 3) return rc;
     }
-    if (layout->generation == reported_generation_ && message == reported_message_) return kExitOk;
-    if (!message.empty()) {
-      std::cerr << Log() << "layout " << layout->generation << " not carried out: " << message
+    if (!LayoutReportDue(*layout, run)) return kExitOk;
+    if (!run.message.empty()) {
+      std::cerr << Log() << "layout " << layout->generation << " not carried out: " << run.message
                 << "\n";
     }
-    json body = {{"generation", layout->generation}, {"message", message}};
+    json body = {{"generation", layout->generation}, {"message", run.message}};
     Reply done;
-    if (int rc = Call(o_.c, "POST", "/v1/nodes/" + o_.host + "/layout/status", &body, &done);
-        rc == 0) {
-      reported_generation_ = layout->generation;
-      reported_message_ = message;
-    } else if (rc == 3) {
-      return rc;
-    }
-    return kExitOk;
+    const int rc = Call(o_.c, "POST", "/v1/nodes/" + o_.host + "/layout/status", &body, &done);
+    return rc == 3 ? rc : kExitOk;
   }
 
   // Destroys idle MIG instances that no lease holds (left by an earlier agent or by hand), on
@@ -276,8 +254,6 @@ class Agent {
   alloc::IdleTracker idle_{nullptr};
   std::map<std::int64_t, std::vector<alloc::BoundDevice>> held_;
   std::set<int> fixed_;  // GPUs (NVML indexes) with a fixed layout
-  std::int64_t reported_generation_ = 0;
-  std::string reported_message_;
 };
 
 int RunAgent(const GlobalOptions& global, const AgentOptions& o) {

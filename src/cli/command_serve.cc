@@ -1,5 +1,7 @@
 // gpuslice serve: the allocation service. Hands out slices of this machine's GPUs (through NVML),
 // or of a simulated fleet when no driver is present, over the HTTP API (gpuslice/api/server.h).
+// Its own machine is reported to the service in-process, as an agent reports its machine, so it
+// takes fixed layouts too: each tick carries out the machine's layout with the reconciler.
 #include <unistd.h>
 
 #include <atomic>
@@ -23,9 +25,68 @@
 #include "gpuslice/device/sim_backend.h"
 #include "gpuslice/device/sim_machine.h"
 #include "gpuslice/store/database.h"
+#include "layout_runner.h"
 
 namespace gpuslice::cli {
 namespace {
+
+// The machine's GPUs as an agent reports them.
+alloc::NodeReport LocalReport(const std::vector<device::GpuInfo>& gpus) {
+  alloc::NodeReport report;
+  report.host = Hostname();
+  report.cpu_milli = MachineCpuMilli();
+  report.memory_mib = MachineMemoryMib();
+  for (const device::GpuInfo& gpu : gpus) {
+    if (gpu.model == nullptr) continue;
+    report.gpus.push_back(alloc::NodeReport::Gpu{gpu.index, gpu.uuid, gpu.model->id,
+                                                 gpu.mig_current == device::MigMode::kEnabled});
+  }
+  return report;
+}
+
+// The GPUs of the catalog, as the backend lists them now.
+absl::StatusOr<std::vector<device::GpuInfo>> KnownGpus(device::Backend& backend) {
+  absl::StatusOr<std::vector<device::GpuInfo>> listed = backend.ListGpus();
+  if (!listed.ok()) return listed.status();
+  std::vector<device::GpuInfo> known;
+  for (const device::GpuInfo& gpu : *listed) {
+    if (gpu.model != nullptr) known.push_back(gpu);
+  }
+  return known;
+}
+
+// The in-process agent's round for the machine's layout: carries it out, reports the machine
+// again when MIG modes changed, and tells the service how it went.
+void CarryOutLocalLayout(alloc::Service& service, device::Backend& backend,
+                         const hw::Catalog& catalog, alloc::DeviceBinder& binder) {
+  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin};
+  absl::StatusOr<std::optional<alloc::NodeLayout>> layout = service.GetLayout(system, Hostname());
+  if (!layout.ok() || !layout->has_value()) {
+    binder.SetFixedGpus({});
+    return;
+  }
+  const LayoutRun run = CarryOutLayout(backend, catalog, **layout);
+  binder.SetFixedGpus(run.fixed);
+  if (run.changed) {
+    std::cerr << "gpuslice serve: layout " << (*layout)->generation
+              << " carried out: " << run.created << " instance(s) created, " << run.destroyed
+              << " destroyed, " << run.kept << " kept\n";
+  }
+  if (run.modes_changed) {
+    if (absl::StatusOr<std::vector<device::GpuInfo>> gpus = KnownGpus(backend); gpus.ok()) {
+      binder.SetGpus(Hostname(), *gpus, false);
+      if (absl::Status s = service.ReportNode(system, LocalReport(*gpus)); !s.ok()) {
+        std::cerr << "gpuslice serve: reporting this machine: " << s.message() << "\n";
+      }
+    }
+  }
+  if (!LayoutReportDue(**layout, run)) return;
+  if (!run.message.empty()) {
+    std::cerr << "gpuslice serve: layout " << (*layout)->generation
+              << " not carried out: " << run.message << "\n";
+  }
+  (void)service.ReportLayout(system, Hostname(), (*layout)->generation, run.message);
+}
 
 struct ServeOptions {
   std::string db = "gpuslice.db";
@@ -93,8 +154,9 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
     source = absl::StrCat("a SIMULATED fleet (", fleet, ")",
                           options.sim_fleet.empty() ? ": no NVIDIA driver found" : "");
   }
+  // (The simulated GPUs with MIG are in MIG mode: from here on both kinds go by the real modes.)
   absl::StatusOr<place::Cluster> inventory =
-      alloc::InventoryFromGpus(Hostname(), gpus, MachineCpuMilli(), MachineMemoryMib(), simulated);
+      alloc::InventoryFromGpus(Hostname(), gpus, MachineCpuMilli(), MachineMemoryMib(), false);
   if (!inventory.ok()) {
     PrintError(std::string(inventory.status().message()));
     return 1;
@@ -107,7 +169,7 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
   const std::string where = (*db)->where();
   alloc::ServiceOptions service_options;
   service_options.policy = options.policy;
-  service_options.binder = alloc::MakeBackendBinder(backend, Hostname(), gpus, simulated);
+  service_options.binder = alloc::MakeBackendBinder(backend, Hostname(), gpus, false);
   // Idle reclaim: a lease with no process on its devices for its class's idle timeout.
   alloc::IdleTracker idle(service_options.binder);
   absl::StatusOr<std::unique_ptr<alloc::Service>> service =
@@ -116,6 +178,14 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
     PrintError(std::string(service.status().message()));
     return 1;
   }
+  // This machine joins like an agent's (kept in the store, with its layout if an admin set one).
+  if (absl::Status s = (*service)->ReportNode(alloc::Caller{"gpuslice", "", alloc::Role::kAdmin},
+                                              LocalReport(gpus));
+      !s.ok()) {
+    PrintError(absl::StrCat("reporting this machine: ", s.message()));
+    return 1;
+  }
+  CarryOutLocalLayout(**service, *backend, *catalog, *service_options.binder);
   absl::StatusOr<std::optional<std::string>> admin = (*service)->BootstrapAdmin("admin");
   if (!admin.ok()) {
     PrintError(std::string(admin.status().message()));
@@ -168,6 +238,7 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if (std::chrono::steady_clock::now() - last_tick >= std::chrono::seconds(options.tick_s)) {
       last_tick = std::chrono::steady_clock::now();
+      CarryOutLocalLayout(**service, *backend, *catalog, *service_options.binder);
       const std::int64_t now = EpochNow();
       absl::StatusOr<int> ended = (*service)->Tick([&](const alloc::Lease& lease) {
         return idle.IdleSeconds(lease.id, lease.node, lease.bound, now);

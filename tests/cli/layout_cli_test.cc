@@ -455,4 +455,62 @@ TEST_F(LayoutCliTest, ALayoutSetAgainAfterAClearIsReportedApplied) {
   EXPECT_EQ(Slots(0), (std::set<std::pair<int, int>>{{0, 4}, {4, 4}}));
 }
 
+// serve's own machine is reported in-process like an agent's, so it takes a fixed layout too:
+// serve carries it out itself (GPU 1 MIG off, two 3g.40gb on GPU 0) and hands out only those.
+class ServeOwnLayoutCliTest : public ServeFixture {
+ protected:
+  void SetUp() override {
+    static int salt = 410;
+    ASSERT_NO_FATAL_FAILURE(StartServer("gpuslice_own_layout_cli_", "2xH100-80GB", salt++));
+    ASSERT_NO_FATAL_FAILURE(AddTeamA());
+  }
+
+  json Json(const std::string& args) {
+    Outcome run = Gpuslice(args + " --json", /*with_stderr=*/false);
+    json parsed = json::parse(run.output, nullptr, false);
+    EXPECT_FALSE(parsed.is_discarded()) << args << ": " << run.output;
+    return parsed;
+  }
+};
+
+TEST_F(ServeOwnLayoutCliTest, ServesOwnMachineCarriesOutItsLayout) {
+  const json nodes = Json("node list");
+  ASSERT_EQ(nodes["nodes"].size(), 1u) << nodes.dump();
+  const std::string host = nodes["nodes"][0]["host"].get<std::string>();
+  ASSERT_EQ(nodes["nodes"][0]["gpus"].size(), 2u);
+  const std::string file = dir_ + "/own.yaml";
+  std::ofstream(file) << "version: v1\nmig-configs:\n  gpuslice-" << host
+                      << ":\n    - devices: [0]\n      mig-enabled: true\n"
+                         "      mig-devices: {\"3g.40gb\": 2}\n"
+                         "    - devices: [1]\n      mig-enabled: false\n";
+  Outcome set = Gpuslice("node set-layout " + host + " '" + file + "'");
+  ASSERT_EQ(set.exit_code, 0) << set.output;
+  EXPECT_THAT(set.output, HasSubstr("3g.40gb@0 3g.40gb@4"));
+  ASSERT_TRUE(
+      WaitUntil([&] { return Json("node show " + host)["layout"]["applied"] == true; }, kLimit))
+      << Tail(server_.Output());
+  // serve reported its machine again: GPU 1 is whole now.
+  const json after = Json("node list");
+  ASSERT_EQ(after["nodes"].size(), 1u);
+  EXPECT_EQ(after["nodes"][0]["gpus"][0]["mig"], true) << after.dump();
+  EXPECT_EQ(after["nodes"][0]["gpus"][1]["mig"], false) << after.dump();
+  // Only the layout's instances are handed out, bound to real MIG devices.
+  const json first = Json("acquire --token " + ann_token_ + " --profile 3g.40gb --purpose a");
+  ASSERT_TRUE(first.contains("lease")) << first.dump();
+  EXPECT_THAT(first["lease"]["devices"][0].get<std::string>(), HasSubstr("MIG 3g.40gb@"));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const json lease = Json("lease show " + first["lease"]["id"].dump());
+        const json& l = lease.contains("lease") ? lease["lease"] : lease;
+        return l["bound"].size() == 1 &&
+               l["bound"][0]["uuid"].get<std::string>().rfind("MIG-", 0) == 0;
+      },
+      kLimit));
+  Outcome small =
+      Gpuslice("acquire --token " + ann_token_ + " --profile 1g.10gb --purpose b " + "--no-wait");
+  EXPECT_NE(small.exit_code, 0) << small.output;
+  EXPECT_THAT(small.output, HasSubstr("no free 1g.10gb instance")) << small.output;
+  EXPECT_EQ(Gpuslice("node clear-layout " + host).exit_code, 0);
+}
+
 }  // namespace

@@ -55,6 +55,10 @@ class DeviceBinder {
   // The GPUs (NVML indexes) whose instances belong to a fixed layout an admin set: Unbind keeps
   // them. Replaces the previous set.
   virtual void SetFixedGpus(const std::set<int>& gpu_indexes) = 0;
+  // The machine's GPUs as listed again (after MIG mode changes), grouped into placement nodes as
+  // MakeBackendBinder does.
+  virtual void SetGpus(const std::string& host, const std::vector<device::GpuInfo>& gpus,
+                       bool mig_if_capable) = 0;
   // Whether placement node `node` is on this binder's machine.
   virtual bool Handles(const std::string& node) const = 0;
   // Whether any process runs on the devices (for MIG, on the lease's instances; for a whole GPU
