@@ -1,6 +1,10 @@
 // The SQLite backend of store::Database.
 #include <sqlite3.h>
 
+#include <functional>
+#include <map>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "gpuslice/store/database.h"
 
@@ -20,21 +24,25 @@ std::string FirstWords(std::string_view sql) {
 class SqliteDatabase final : public Database {
  public:
   SqliteDatabase(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
-  ~SqliteDatabase() override { sqlite3_close_v2(db_); }
+  ~SqliteDatabase() override {
+    for (auto& [sql, statement] : prepared_) sqlite3_finalize(statement);
+    sqlite3_close_v2(db_);
+  }
 
   std::string_view kind() const override { return "sqlite"; }
   std::string where() const override { return path_; }
 
   absl::StatusOr<Result> Query(std::string_view sql, std::span<const Value> params) override {
-    sqlite3_stmt* statement = nullptr;
-    if (sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &statement, nullptr) !=
-        SQLITE_OK) {
-      return Error(sql);
-    }
-    struct Finalizer {
+    sqlite3_stmt* statement = Prepared(sql);
+    if (statement == nullptr) return Error(sql);
+    // Ready for the next use, and holding no lock, whatever happens below.
+    struct Resetter {
       sqlite3_stmt* s;
-      ~Finalizer() { sqlite3_finalize(s); }
-    } finalizer{statement};
+      ~Resetter() {
+        sqlite3_reset(s);
+        sqlite3_clear_bindings(s);
+      }
+    } resetter{statement};
     if (static_cast<size_t>(sqlite3_bind_parameter_count(statement)) != params.size()) {
       return absl::InvalidArgumentError(absl::StrCat("sqlite: '", FirstWords(sql), "' takes ",
                                                      sqlite3_bind_parameter_count(statement),
@@ -93,6 +101,25 @@ class SqliteDatabase final : public Database {
   absl::Status Rollback() override { return Exec("ROLLBACK"); }
 
  private:
+  // The statement compiled once per SQL text and kept (the service runs a few dozen distinct
+  // statements over and over); null when it does not compile.
+  sqlite3_stmt* Prepared(std::string_view sql) {
+    auto it = prepared_.find(sql);
+    if (it != prepared_.end()) return it->second;
+    sqlite3_stmt* statement = nullptr;
+    if (sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &statement, nullptr) !=
+        SQLITE_OK) {
+      sqlite3_finalize(statement);
+      return nullptr;
+    }
+    if (prepared_.size() >= kMaxPrepared) {  // ad-hoc SQL: start over rather than grow
+      for (auto& [text, kept] : prepared_) sqlite3_finalize(kept);
+      prepared_.clear();
+    }
+    prepared_.emplace(std::string(sql), statement);
+    return statement;
+  }
+
   absl::Status Error(std::string_view sql) const {
     const int code = sqlite3_errcode(db_);
     const std::string message =
@@ -103,8 +130,10 @@ class SqliteDatabase final : public Database {
     return absl::InternalError(message);
   }
 
+  static constexpr size_t kMaxPrepared = 256;
   sqlite3* db_;
   std::string path_;
+  std::map<std::string, sqlite3_stmt*, std::less<>> prepared_;
 };
 
 }  // namespace
