@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "alloc/alloc_test_util.h"
+#include "api/api_fixture.h"
 #include "gpuslice/alloc/service.h"
 #include "gpuslice/api/server.h"
 #include "gpuslice/store/database.h"
@@ -32,40 +33,9 @@ using alloc::testing::ScratchDir;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-struct Reply {
-  int status = 0;
-  json body;
-  std::string text;
-};
-
-Reply CallRaw(int port, const std::string& method, const std::string& path,
-              const std::string& token, const std::optional<std::string>& body) {
-  httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(10);
-  client.set_read_timeout(30);
-  httplib::Headers headers;
-  if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
-  const std::string payload = body.value_or("");
-  httplib::Result result = method == "GET"      ? client.Get(path, headers)
-                           : method == "DELETE" ? client.Delete(path, headers)
-                           : method == "PUT"
-                               ? client.Put(path, headers, payload, "application/json")
-                               : client.Post(path, headers, payload, "application/json");
-  Reply reply;
-  if (!result) return reply;
-  reply.status = result->status;
-  reply.text = result->body;
-  reply.body = json::parse(result->body, nullptr, false);
-  return reply;
-}
-
-int Count(const json& events, const std::string& action) {
-  int n = 0;
-  for (const json& e : events) {
-    if (e["action"] == action) ++n;
-  }
-  return n;
-}
+using testing::CallRaw;
+using testing::Count;
+using testing::Reply;
 
 json Gpu(int index, const std::string& model = "H100-80GB", bool mig = true) {
   return json{
