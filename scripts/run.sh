@@ -2,7 +2,7 @@
 # Quick start, part 1: set up, build, and run gpuslice's main job on useful examples:
 #   1. the allocation service (gpuslice serve) on this machine's GPUs, or a simulated fleet and
 #      SQLite when there is no GPU: a tenant, a user, a slice acquired, a command run in a slice,
-#      leases listed and audited;
+#      leases listed and audited, a fixed MIG layout applied;
 #   2. the MIG explorer: is a layout valid on an H100, where does each instance go;
 #   3. applying mig-parted configs to a simulated machine (no GPU needed): apply, change, status;
 #   4. planning a fleet (examples/plan), then applying the plan of one node to a simulated copy of it;
@@ -40,6 +40,13 @@ GPUSLICE_TOKEN=$ann run lease env 1
 # Run a command in a slice: acquired, CUDA_VISIBLE_DEVICES set to its MIG UUID, released at exit.
 GPUSLICE_TOKEN=$ann run run --class small --purpose "eval job" -- sh -c 'echo "the job sees CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"'
 run leases --all
+# Fix the MIG layout of this machine's GPU 7 (two 3g.40gb): serve carries it out at its next tick
+# (a lease holding an instance there would be named instead, and nothing changed).
+me=$(uname -n)
+printf 'version: v1\nmig-configs:\n  gpuslice-%s:\n    - devices: [7]\n      mig-enabled: true\n      mig-devices: {"3g.40gb": 2}\n' "$me" >"$work/layout.yaml"
+run node set-layout "$me" "$work/layout.yaml" || true
+sleep 2
+run node show "$me"
 run audit
 kill -TERM $server && wait $server || true
 trap - EXIT

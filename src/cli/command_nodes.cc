@@ -78,7 +78,8 @@ int PrintOutcome(const Reply& reply, bool json_output) {
   if (reply.body["layout"].is_null()) {
     std::cout << "layout cleared: MIG slices are made on demand again\n";
   } else {
-    std::cout << "layout set; the machine's agent carries it out at its next round\n";
+    std::cout << "layout set; the machine's agent (for serve's own machine, serve) carries it "
+                 "out at its next round\n";
     PrintLayout(reply.body["layout"]);
   }
   return kExitOk;

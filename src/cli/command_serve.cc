@@ -179,11 +179,13 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
     return 1;
   }
   // This machine joins like an agent's (kept in the store, with its layout if an admin set one).
+  // Without it (a host name the API cannot carry, say) serve still hands out its GPUs, only
+  // without fixed layouts for this machine.
   if (absl::Status s = (*service)->ReportNode(alloc::Caller{"gpuslice", "", alloc::Role::kAdmin},
                                               LocalReport(gpus));
       !s.ok()) {
-    PrintError(absl::StrCat("reporting this machine: ", s.message()));
-    return 1;
+    std::cerr << "gpuslice serve: this machine is not in `gpuslice node list` (" << s.message()
+              << "); its GPUs are handed out, but it cannot take a fixed layout\n";
   }
   CarryOutLocalLayout(**service, *backend, *catalog, *service_options.binder);
   absl::StatusOr<std::optional<std::string>> admin = (*service)->BootstrapAdmin("admin");
