@@ -10,6 +10,7 @@ PACKAGES=(
   clang-format coinor-libcbc-dev libsqlite3-dev libssl-dev libpq-dev libcpp-httplib-dev
   libjemalloc-dev
   postgresql
+  prometheus
 )
 
 missing=()
