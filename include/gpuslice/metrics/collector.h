@@ -1,0 +1,81 @@
+// gpuslice/metrics/collector.h
+//
+// Per-GPU and per-MIG-instance figures of one machine, read through a device::Backend (NVML or
+// the simulator), and the Prometheus families that expose them (gpuslice/metrics/exposition.h).
+//
+// Collect asks the backend for each GPU's memory and processes and, with MIG on, for each GPU
+// instance, its compute instances, their memory and their processes. A query that fails leaves
+// its figure absent (and says why in `errors`): a figure the hardware cannot give is never written
+// as a made-up zero.
+//
+// Families uses dcgm-exporter's names and labels where the meaning is the same, so that existing
+// dashboards work:
+//   DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_FB_FREE, DCGM_FI_DEV_FB_TOTAL   MiB, per GPU and per instance
+//   labels gpu, UUID, device, modelName, Hostname, and for an instance GPU_I_ID, GPU_I_PROFILE
+// and gpuslice_* for the rest:
+//   gpuslice_gpu_mig_mode                    1 when MIG is on
+//   gpuslice_processes                       compute processes, per GPU and per instance
+//   gpuslice_process_memory_mib              their memory, per GPU and per instance
+//   gpuslice_lease_info                      1 per device a lease holds: lease, tenant, class, UUID
+//   gpuslice_lease_idle_seconds              how long the lease's devices have had no process
+//   gpuslice_lease_vram_limit_mib            the VRAM cap of a share (issue 8's interposer)
+//   gpuslice_collect_errors                  queries that failed in this collection
+// Families is pure; Collect only reads the backend.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpuslice/device/backend.h"
+#include "gpuslice/metrics/exposition.h"
+
+namespace gpuslice::metrics {
+
+struct InstanceFigures {
+  int gi = -1;
+  std::string profile;  // GPU instance profile name, "1g.10gb"
+  std::string uuid;     // MIG device UUID of its first compute instance ("" when it has none)
+  std::optional<std::int64_t> memory_used_mib;
+  std::optional<std::int64_t> memory_total_mib;
+  std::optional<int> processes;
+  std::optional<std::int64_t> process_memory_mib;
+};
+
+struct GpuFigures {
+  int index = 0;
+  std::string uuid;
+  std::string name;  // as the driver names it ("NVIDIA H100 80GB HBM3"): dcgm's modelName
+  bool mig = false;
+  std::optional<std::int64_t> memory_used_mib;
+  std::optional<std::int64_t> memory_total_mib;
+  std::optional<int> processes;
+  std::optional<std::int64_t> process_memory_mib;
+  std::vector<InstanceFigures> instances;  // MIG only, by GI id
+};
+
+struct MachineFigures {
+  std::string host;
+  std::vector<GpuFigures> gpus;
+  std::vector<std::string> errors;  // one line per query that failed
+};
+
+// Reads the machine's figures through `backend`. Never fails as a whole: a GPU list that cannot
+// be read gives no GPUs and an error line.
+MachineFigures Collect(device::Backend& backend, const std::string& host);
+
+// A device a lease holds, to tie its series to the lease and tenant.
+struct Holder {
+  std::string device_uuid;  // MIG or GPU UUID, as in the lease's bound devices
+  std::int64_t lease = 0;
+  std::string tenant;
+  std::string class_name;
+  std::optional<std::int64_t> idle_s;  // absent when not known
+  std::int64_t vram_limit_mib = 0;     // shares only; 0 = none
+};
+
+// The families of one machine and the leases held there.
+std::vector<Family> Families(const MachineFigures& machine, const std::vector<Holder>& holders);
+
+}  // namespace gpuslice::metrics

@@ -1,0 +1,203 @@
+// The collector of per-GPU and per-MIG-instance figures, on the simulator: what it reads through
+// the backend (memory, processes, instances with their MIG UUIDs), that a failed query leaves its
+// figure absent rather than zero, and the families it turns into (dcgm-exporter's names and
+// labels, leases tied to their devices), which the exposition writer accepts.
+#include "gpuslice/metrics/collector.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gpuslice/device/nvml_codes.h"
+#include "gpuslice/device/sim_backend.h"
+#include "gpuslice/device/sim_machine.h"
+#include "gpuslice/hw/catalog.h"
+
+namespace gpuslice::metrics {
+namespace {
+
+using device::sim::SimMachine;
+using ::testing::HasSubstr;
+
+// NVML compute-instance profile constants: the full CI of a 1-slice and of a 3-slice GI.
+constexpr int kCi1Slice = 0;
+constexpr int kCi3Slice = 2;
+// nvidia-smi GI profile ids on H100-80GB.
+constexpr int kGi1g10gb = 19;
+constexpr int kGi3g40gb = 9;
+
+class CollectorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<device::sim::SimState> state =
+        device::sim::NewMachine(hw::Catalog::Builtin(), "2xH100-80GB", 3);
+    ASSERT_TRUE(state.ok()) << state.status();
+    state->gpus[0].mig_current = device::MigMode::kEnabled;
+    state->gpus[0].mig_pending = device::MigMode::kEnabled;
+    backend_ = std::make_unique<device::SimBackend>(*std::move(state), hw::Catalog::Builtin());
+    // GPU 0: a 3g.40gb at 4 with a process, a 1g.10gb at 0 without one.
+    absl::StatusOr<device::GpuInstanceInfo> big = backend_->CreateGpuInstance(0, kGi3g40gb, 4);
+    ASSERT_TRUE(big.ok()) << big.status();
+    absl::StatusOr<device::ComputeInstanceInfo> big_ci =
+        backend_->CreateComputeInstance(0, big->id, kCi3Slice, 0);
+    ASSERT_TRUE(big_ci.ok()) << big_ci.status();
+    big_gi_ = big->id;
+    big_uuid_ = big_ci->uuid;
+    absl::StatusOr<device::GpuInstanceInfo> small = backend_->CreateGpuInstance(0, kGi1g10gb, 0);
+    ASSERT_TRUE(small.ok()) << small.status();
+    absl::StatusOr<device::ComputeInstanceInfo> small_ci =
+        backend_->CreateComputeInstance(0, small->id, kCi1Slice, 0);
+    ASSERT_TRUE(small_ci.ok()) << small_ci.status();
+    small_gi_ = small->id;
+    small_uuid_ = small_ci->uuid;
+    absl::Status added = backend_->Control("add process", true, [&](SimMachine& machine) {
+      return machine.AddProcess(0, {4242, "trainer", 6000, big_gi_, big_ci->id});
+    });
+    ASSERT_TRUE(added.ok()) << added;
+    // GPU 1: MIG off, one process.
+    added = backend_->Control("add process", true, [&](SimMachine& machine) {
+      return machine.AddProcess(1, {4343, "server", 2048, -1, -1});
+    });
+    ASSERT_TRUE(added.ok()) << added;
+  }
+
+  // The value of the sample of `family` whose labels include all of `want`, or -1.
+  static double ValueOf(const std::vector<Family>& families, const std::string& family,
+                        const std::map<std::string, std::string>& want) {
+    for (const Family& f : families) {
+      if (f.name != family) continue;
+      for (const Sample& s : f.samples) {
+        int matched = 0;
+        for (const auto& [name, value] : s.labels) {
+          auto it = want.find(name);
+          if (it != want.end() && it->second == value) ++matched;
+        }
+        if (matched == static_cast<int>(want.size())) return s.value;
+      }
+    }
+    return -1;
+  }
+
+  std::unique_ptr<device::SimBackend> backend_;
+  int big_gi_ = -1;
+  int small_gi_ = -1;
+  std::string big_uuid_;
+  std::string small_uuid_;
+};
+
+TEST_F(CollectorTest, ReadsGpusInstancesMemoryAndProcesses) {
+  const MachineFigures machine = Collect(*backend_, "node-a");
+  EXPECT_TRUE(machine.errors.empty()) << machine.errors.front();
+  ASSERT_EQ(machine.gpus.size(), 2u);
+  const GpuFigures& mig = machine.gpus[0];
+  EXPECT_TRUE(mig.mig);
+  EXPECT_EQ(mig.processes, 1);
+  EXPECT_EQ(mig.process_memory_mib, 6000);
+  ASSERT_EQ(mig.instances.size(), 2u);
+  std::map<std::string, InstanceFigures> by_profile;
+  for (const InstanceFigures& i : mig.instances) by_profile[i.profile] = i;
+  ASSERT_TRUE(by_profile.contains("3g.40gb") && by_profile.contains("1g.10gb"));
+  EXPECT_EQ(by_profile["3g.40gb"].gi, big_gi_);
+  EXPECT_EQ(by_profile["3g.40gb"].uuid, big_uuid_);
+  EXPECT_EQ(by_profile["3g.40gb"].processes, 1);
+  EXPECT_EQ(by_profile["3g.40gb"].process_memory_mib, 6000);
+  EXPECT_EQ(by_profile["1g.10gb"].processes, 0);
+  ASSERT_TRUE(by_profile["3g.40gb"].memory_total_mib.has_value());
+  ASSERT_TRUE(by_profile["1g.10gb"].memory_total_mib.has_value());
+  EXPECT_GT(*by_profile["3g.40gb"].memory_total_mib, *by_profile["1g.10gb"].memory_total_mib);
+  const GpuFigures& whole = machine.gpus[1];
+  EXPECT_FALSE(whole.mig);
+  EXPECT_TRUE(whole.instances.empty());
+  EXPECT_EQ(whole.processes, 1);
+  ASSERT_TRUE(whole.memory_total_mib.has_value());
+  EXPECT_EQ(*whole.memory_total_mib, backend_->ListGpus()->at(1).memory_total_mib);
+}
+
+TEST_F(CollectorTest, AFailedQueryLeavesItsFigureAbsentNotZero) {
+  absl::Status armed = backend_->Control("arm", true, [](SimMachine& machine) {
+    machine.state().calls = 0;
+    machine.state().faults.push_back(
+        {0, "ListProcesses", device::kNvmlUnknown, /*abort_process=*/false, /*times=*/-1});
+    return device::kNvmlSuccess;
+  });
+  ASSERT_TRUE(armed.ok()) << armed;
+  const MachineFigures machine = Collect(*backend_, "node-a");
+  ASSERT_EQ(machine.gpus.size(), 2u);
+  EXPECT_EQ(machine.errors.size(), 2u);  // one per GPU
+  EXPECT_THAT(machine.errors.front(), HasSubstr("processes"));
+  EXPECT_FALSE(machine.gpus[0].processes.has_value());
+  EXPECT_FALSE(machine.gpus[0].instances[0].processes.has_value());
+  EXPECT_TRUE(machine.gpus[0].memory_used_mib.has_value());  // the rest is still read
+  const std::vector<Family> families = Families(machine, {});
+  for (const Family& f : families) {
+    if (f.name == "gpuslice_processes") {
+      EXPECT_TRUE(f.samples.empty()) << "no made-up zeros";
+    }
+  }
+  EXPECT_EQ(ValueOf(families, "gpuslice_collect_errors", {{"Hostname", "node-a"}}), 2);
+}
+
+TEST_F(CollectorTest, FamiliesUseDcgmNamesAndTieLeasesToTheirDevices) {
+  const MachineFigures machine = Collect(*backend_, "node-a");
+  std::vector<Holder> holders = {
+      {big_uuid_, 7, "team-a", "medium", 0, 0},
+      {small_uuid_, 8, "team-b", "small", 95, 0},
+      {machine.gpus[1].uuid, 9, "team-b", "share", std::nullopt, 8192},
+  };
+  const std::vector<Family> families = Families(machine, holders);
+  const std::string big_gi = std::to_string(big_gi_);
+  // Per instance, with GPU_I_ID and GPU_I_PROFILE as dcgm-exporter labels MIG devices.
+  const double used = ValueOf(families, "DCGM_FI_DEV_FB_USED",
+                              {{"gpu", "0"}, {"GPU_I_ID", big_gi}, {"GPU_I_PROFILE", "3g.40gb"}});
+  const double total =
+      ValueOf(families, "DCGM_FI_DEV_FB_TOTAL", {{"gpu", "0"}, {"GPU_I_ID", big_gi}});
+  const double free =
+      ValueOf(families, "DCGM_FI_DEV_FB_FREE", {{"gpu", "0"}, {"GPU_I_ID", big_gi}});
+  EXPECT_GE(used, 0);
+  EXPECT_GT(total, 0);
+  EXPECT_EQ(free, total - used);
+  EXPECT_EQ(ValueOf(families, "gpuslice_processes", {{"GPU_I_ID", big_gi}}), 1);
+  EXPECT_EQ(ValueOf(families, "gpuslice_gpu_mig_mode", {{"gpu", "0"}}), 1);
+  EXPECT_EQ(ValueOf(families, "gpuslice_gpu_mig_mode", {{"gpu", "1"}}), 0);
+  EXPECT_EQ(ValueOf(families, "DCGM_FI_DEV_FB_USED",
+                    {{"gpu", "1"}, {"Hostname", "node-a"}, {"device", "nvidia1"}}),
+            *machine.gpus[1].memory_used_mib);
+  // Leases: on the instance's series labels, with the MIG device's UUID.
+  EXPECT_EQ(ValueOf(families, "gpuslice_lease_info",
+                    {{"lease", "7"},
+                     {"tenant", "team-a"},
+                     {"UUID", big_uuid_},
+                     {"GPU_I_PROFILE", "3g.40gb"},
+                     {"Hostname", "node-a"}}),
+            1);
+  EXPECT_EQ(ValueOf(families, "gpuslice_lease_idle_seconds", {{"lease", "8"}}), 95);
+  EXPECT_EQ(ValueOf(families, "gpuslice_lease_idle_seconds", {{"lease", "9"}}), -1)
+      << "unknown idleness is absent";
+  EXPECT_EQ(ValueOf(families, "gpuslice_lease_vram_limit_mib", {{"lease", "9"}, {"gpu", "1"}}),
+            8192);
+  // The whole exposition is valid.
+  absl::StatusOr<std::string> text = Write(families);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("# TYPE DCGM_FI_DEV_FB_USED gauge\n"));
+}
+
+TEST(CollectorStandaloneTest, AnUnreadableGpuListGivesNoGpusAndAnError) {
+  absl::StatusOr<device::sim::SimState> state =
+      device::sim::NewMachine(hw::Catalog::Builtin(), "1xA30-24GB", 1);
+  ASSERT_TRUE(state.ok());
+  state->faults.push_back({0, "ListGpus", device::kNvmlUnknown, false, -1});
+  device::SimBackend backend(*std::move(state), hw::Catalog::Builtin());
+  const MachineFigures machine = Collect(backend, "h");
+  EXPECT_TRUE(machine.gpus.empty());
+  ASSERT_EQ(machine.errors.size(), 1u);
+  EXPECT_THAT(machine.errors[0], HasSubstr("listing GPUs"));
+  absl::StatusOr<std::string> text = Write(Families(machine, {}));
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("gpuslice_collect_errors{Hostname=\"h\"} 1\n"));
+}
+
+}  // namespace
+}  // namespace gpuslice::metrics
