@@ -24,6 +24,7 @@
 #include "gpuslice/device/nvml_backend.h"
 #include "gpuslice/device/sim_backend.h"
 #include "gpuslice/device/sim_machine.h"
+#include "gpuslice/device/synchronized_backend.h"
 #include "gpuslice/store/database.h"
 #include "layout_runner.h"
 
@@ -57,7 +58,7 @@ absl::StatusOr<std::vector<device::GpuInfo>> KnownGpus(device::Backend& backend)
 
 // The in-process agent's round for the machine's layout: carries it out, reports the machine
 // again when MIG modes changed, and tells the service how it went.
-void CarryOutLocalLayout(alloc::Service& service, device::Backend& backend,
+void CarryOutLocalLayout(alloc::Service& service, device::SynchronizedBackend& backend,
                          const hw::Catalog& catalog, alloc::DeviceBinder& binder) {
   const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin};
   absl::StatusOr<std::optional<alloc::NodeLayout>> layout = service.GetLayout(system, Hostname());
@@ -65,7 +66,12 @@ void CarryOutLocalLayout(alloc::Service& service, device::Backend& backend,
     binder.SetFixedGpus({});
     return;
   }
-  const LayoutRun run = CarryOutLayout(backend, catalog, **layout);
+  LayoutRun run;
+  {
+    // One reconciler round (snapshot, plan, steps) without the binder's calls in between.
+    std::unique_lock<std::recursive_mutex> hold = backend.Lock();
+    run = CarryOutLayout(backend, catalog, **layout);
+  }
   binder.SetFixedGpus(run.fixed);
   if (run.changed) {
     std::cerr << "gpuslice serve: layout " << (*layout)->generation
@@ -155,6 +161,8 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
                           options.sim_fleet.empty() ? ": no NVIDIA driver found" : "");
   }
   // (The simulated GPUs with MIG are in MIG mode: from here on both kinds go by the real modes.)
+  // API threads (the binder), the tick (layouts) and the metrics all use the machine's backend.
+  auto shared = std::make_shared<device::SynchronizedBackend>(std::move(backend));
   absl::StatusOr<place::Cluster> inventory =
       alloc::InventoryFromGpus(Hostname(), gpus, MachineCpuMilli(), MachineMemoryMib(), false);
   if (!inventory.ok()) {
@@ -169,7 +177,7 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
   const std::string where = (*db)->where();
   alloc::ServiceOptions service_options;
   service_options.policy = options.policy;
-  service_options.binder = alloc::MakeBackendBinder(backend, Hostname(), gpus, false);
+  service_options.binder = alloc::MakeBackendBinder(shared, Hostname(), gpus, false);
   // Idle reclaim: a lease with no process on its devices for its class's idle timeout.
   alloc::IdleTracker idle(service_options.binder);
   absl::StatusOr<std::unique_ptr<alloc::Service>> service =
@@ -187,7 +195,7 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
     std::cerr << "gpuslice serve: this machine is not in `gpuslice node list` (" << s.message()
               << "); its GPUs are handed out, but it cannot take a fixed layout\n";
   }
-  CarryOutLocalLayout(**service, *backend, *catalog, *service_options.binder);
+  CarryOutLocalLayout(**service, *shared, *catalog, *service_options.binder);
   absl::StatusOr<std::optional<std::string>> admin = (*service)->BootstrapAdmin("admin");
   if (!admin.ok()) {
     PrintError(std::string(admin.status().message()));
@@ -240,7 +248,7 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if (std::chrono::steady_clock::now() - last_tick >= std::chrono::seconds(options.tick_s)) {
       last_tick = std::chrono::steady_clock::now();
-      CarryOutLocalLayout(**service, *backend, *catalog, *service_options.binder);
+      CarryOutLocalLayout(**service, *shared, *catalog, *service_options.binder);
       const std::int64_t now = EpochNow();
       absl::StatusOr<int> ended = (*service)->Tick([&](const alloc::Lease& lease) {
         return idle.IdleSeconds(lease.id, lease.node, lease.bound, now);
