@@ -466,6 +466,21 @@ void ApiServer::Routes() {
     };
   };
 
+  if (options_.metrics) {
+    auto metrics = options_.metrics;
+    s.Get("/metrics", authed([metrics](const alloc::Caller& caller, const httplib::Request&,
+                                       httplib::Response& res) {
+            if (caller.role != alloc::Role::kAdmin && caller.role != alloc::Role::kAgent) {
+              return Fail(res,
+                          absl::PermissionDeniedError("/metrics needs an admin or agent token"));
+            }
+            absl::StatusOr<std::string> text = metrics();
+            if (!text.ok()) return Fail(res, text.status());
+            res.status = 200;
+            res.set_content(*text, "text/plain; version=0.0.4; charset=utf-8");
+          }));
+  }
+
   s.Get("/v1/health", [&service](const httplib::Request&, httplib::Response& res) {
     int gpus = service.inventory().total_gpus();
     Reply(res, 200,

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -25,6 +27,7 @@
 #include "gpuslice/device/sim_backend.h"
 #include "gpuslice/device/sim_machine.h"
 #include "gpuslice/device/synchronized_backend.h"
+#include "gpuslice/metrics/collector.h"
 #include "gpuslice/store/database.h"
 #include "layout_runner.h"
 
@@ -92,6 +95,55 @@ void CarryOutLocalLayout(alloc::Service& service, device::SynchronizedBackend& b
               << " not carried out: " << run.message << "\n";
   }
   (void)service.ReportLayout(system, Hostname(), (*layout)->generation, run.message);
+}
+
+// One scrape of GET /metrics: this machine's GPUs and MIG instances (through the backend), the
+// leases on them, and the service's leases and queue by class.
+absl::StatusOr<std::string> Scrape(alloc::Service& service, device::Backend& backend,
+                                   std::mutex& idle_mutex, alloc::IdleTracker& idle) {
+  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin};
+  const metrics::MachineFigures machine = metrics::Collect(backend, Hostname());
+  absl::StatusOr<std::vector<alloc::Lease>> leases = service.Leases(system);
+  if (!leases.ok()) return leases.status();
+  absl::StatusOr<std::vector<alloc::QueueEntry>> queue = service.Queue(system);
+  if (!queue.ok()) return queue.status();
+  const std::int64_t now = EpochNow();
+  std::vector<metrics::Holder> holders;
+  std::map<std::pair<std::string, std::string>, int> by_class;  // (class, tenant) -> leases
+  for (const alloc::Lease& lease : *leases) {
+    by_class[{lease.class_name, lease.tenant}] += 1;
+    if (lease.node.substr(0, lease.node.find('/')) != Hostname()) continue;
+    std::optional<std::int64_t> idle_s;
+    {
+      std::lock_guard<std::mutex> lock(idle_mutex);
+      if (const std::int64_t s = idle.IdleSeconds(lease.id, lease.node, lease.bound, now); s >= 0) {
+        idle_s = s;
+      }
+    }
+    for (const alloc::BoundDevice& device : lease.bound) {
+      holders.push_back(
+          {device.uuid, lease.id, lease.tenant, lease.class_name, idle_s, device.vram_mib});
+    }
+  }
+  std::vector<metrics::Family> families = metrics::Families(machine, holders);
+  metrics::Family active;
+  active.name = "gpuslice_leases";
+  active.help = "Active leases by class and tenant.";
+  for (const auto& [key, count] : by_class) {
+    active.samples.push_back(
+        {{{"class", key.first}, {"tenant", key.second}}, static_cast<double>(count)});
+  }
+  std::map<std::string, int> waiting;
+  for (const alloc::QueueEntry& entry : *queue) waiting[entry.class_name] += 1;
+  metrics::Family queued;
+  queued.name = "gpuslice_queue_length";
+  queued.help = "Requests waiting for capacity, by class.";
+  for (const auto& [klass, count] : waiting) {
+    queued.samples.push_back({{{"class", klass}}, static_cast<double>(count)});
+  }
+  families.push_back(std::move(active));
+  families.push_back(std::move(queued));
+  return metrics::Write(families);
 }
 
 struct ServeOptions {
@@ -178,8 +230,10 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
   alloc::ServiceOptions service_options;
   service_options.policy = options.policy;
   service_options.binder = alloc::MakeBackendBinder(shared, Hostname(), gpus, false);
-  // Idle reclaim: a lease with no process on its devices for its class's idle timeout.
+  // Idle reclaim: a lease with no process on its devices for its class's idle timeout. The tick
+  // and /metrics both ask the tracker.
   alloc::IdleTracker idle(service_options.binder);
+  std::mutex idle_mutex;
   absl::StatusOr<std::unique_ptr<alloc::Service>> service =
       alloc::Service::Open(*std::move(db), *std::move(inventory), service_options);
   if (!service.ok()) {
@@ -218,6 +272,10 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
   api::ServerOptions server_options;
   server_options.host = options.listen.substr(0, colon);
   server_options.port = port;
+  alloc::Service& served = **service;
+  server_options.metrics = [&served, &shared, &idle_mutex, &idle] {
+    return Scrape(served, *shared, idle_mutex, idle);
+  };
   api::ApiServer server(**service, server_options);
   if (absl::Status status = server.Start(); !status.ok()) {
     PrintError(std::string(status.message()));
@@ -251,6 +309,7 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
       CarryOutLocalLayout(**service, *shared, *catalog, *service_options.binder);
       const std::int64_t now = EpochNow();
       absl::StatusOr<int> ended = (*service)->Tick([&](const alloc::Lease& lease) {
+        std::lock_guard<std::mutex> lock(idle_mutex);
         return idle.IdleSeconds(lease.id, lease.node, lease.bound, now);
       });
       if (!ended.ok()) {

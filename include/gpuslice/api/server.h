@@ -12,6 +12,7 @@
 //   POST   /v1/leases/{id}/renew           DELETE /v1/leases/{id} (release)
 //   GET    /v1/queue                       DELETE /v1/queue/{id} (cancel)
 //   GET    /v1/audit?tenant=&since=&limit=
+//   GET    /metrics                        (admin or agent) Prometheus text format, when enabled
 //
 // Every endpoint but health needs `Authorization: Bearer <token>`; a tenant sees and changes
 // only its own leases, queue entries and audit. Bodies are JSON objects; unknown fields, wrong
@@ -19,6 +20,7 @@
 // 4xx with {"error": "..."} and change nothing. Tokens are never logged.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -37,6 +39,9 @@ struct ServerOptions {
   int port = 8470;  // 0: any free port
   std::size_t max_body_bytes = 64 * 1024;
   int worker_threads = 128;  // concurrent connections served
+  // GET /metrics (admin or agent token): the Prometheus exposition text this returns, made at
+  // each scrape; unset: no /metrics.
+  std::function<absl::StatusOr<std::string>()> metrics;
 };
 
 class ApiServer {
