@@ -1047,7 +1047,9 @@ TEST_F(ApiTest, StopRightAfterStartReturns) {
   constexpr int kRounds = 20;
   int hung = 0;
   for (int round = 0; round < kRounds && hung == 0; ++round) {
-    auto server = std::make_shared<ApiServer>(*service_, ServerOptions{"127.0.0.1", 0});
+    ServerOptions options;
+    options.port = 0;
+    auto server = std::make_shared<ApiServer>(*service_, options);
     auto done = std::make_shared<std::promise<bool>>();
     std::future<bool> finished = done->get_future();
     std::thread([server, done] {
