@@ -1,6 +1,8 @@
 // gpuslice sim …: make and control simulated machines, so that every device command can be tried
 // and tested without a GPU (`--sim STATE_FILE` or GPUSLICE_SIM on apply, assert, export, status).
+#include <algorithm>
 #include <iostream>
+#include <optional>
 
 #include "common.h"
 #include "gpuslice/device/nvml_codes.h"
@@ -32,7 +34,57 @@ struct SimOptions {
   bool abort_process = false;
   int times = 1;
   std::string on_off;
+  double activity_pct = 60;
+  // telemetry
+  std::optional<int> temperature_c;
+  std::optional<double> power_w;
+  std::optional<int> utilization_pct;
+  std::string throttle;
+  std::optional<std::uint64_t> ecc_corrected;
+  std::optional<std::uint64_t> ecc_uncorrected;
+  std::optional<int> remapped_correctable;
+  std::optional<int> remapped_uncorrectable;
+  std::optional<std::string> remap_pending;
+  std::optional<std::string> remap_failure;
+  std::optional<std::string> unsupported;
+  bool clear = false;
+  std::uint64_t xid = 0;
 };
+
+// "sw-thermal,hw-slowdown" or a number → kThrottle* bits; "" for an unknown name.
+std::optional<std::uint64_t> ParseThrottle(const std::string& text, std::string* error) {
+  static const std::pair<const char*, std::uint64_t> kNames[] = {
+      {"idle", device::kThrottleGpuIdle},
+      {"app-clocks", device::kThrottleApplicationsClocks},
+      {"sw-power-cap", device::kThrottleSwPowerCap},
+      {"hw-slowdown", device::kThrottleHwSlowdown},
+      {"sync-boost", device::kThrottleSyncBoost},
+      {"sw-thermal", device::kThrottleSwThermal},
+      {"hw-thermal", device::kThrottleHwThermal},
+      {"hw-power-brake", device::kThrottleHwPowerBrake}};
+  std::uint64_t bits = 0;
+  if (text == "none") return bits;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    const std::string name = text.substr(begin, end - begin);
+    bool known = false;
+    for (const auto& [candidate, bit] : kNames) {
+      if (name == candidate) {
+        bits |= bit;
+        known = true;
+      }
+    }
+    if (!known) {
+      *error = "unknown throttle reason '" + name +
+               "' (none, idle, app-clocks, sw-power-cap, hw-slowdown, sync-boost, sw-thermal, "
+               "hw-thermal, hw-power-brake)";
+      return std::nullopt;
+    }
+    begin = end + 1;
+  }
+  return bits;
+}
 
 // Runs `fn` on the state under the store's lock; `fn` returns an NVML code or a message.
 int Mutate(const GlobalOptions& global, const std::string& path, const std::string& what,
@@ -146,6 +198,10 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   add_process->add_option("--pid", options->pid, "Process id")->required();
   add_process->add_option("--memory", options->memory_mib, "GPU memory used, MiB")->required();
   add_process->add_option("--name", options->name, "Process name (default python)");
+  add_process
+      ->add_option("--activity", options->activity_pct,
+                   "How busy it keeps the SMs of its GPU or instance, 0-100 (default 60)")
+      ->check(CLI::Range(0.0, 100.0));
   add_process->callback([&global, options, action] {
     *action = [&global, options] {
       return Mutate(
@@ -154,9 +210,10 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
               return "no GPU " + std::to_string(options->gpu) + " (the machine has " +
                      std::to_string(state.gpus.size()) + ")";
             }
-            device::sim::SimProcess p{options->pid,
-                                      options->name.empty() ? "python" : options->name,
-                                      options->memory_mib, options->gi, options->ci};
+            device::sim::SimProcess p{
+                options->pid,        options->name.empty() ? "python" : options->name,
+                options->memory_mib, options->gi,
+                options->ci,         options->activity_pct};
             return CodeText(machine.AddProcess(options->gpu, p));
           });
     };
@@ -257,6 +314,122 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
         }
         state.gpus[static_cast<size_t>(options->gpu)].reset_supported = options->on_off == "off";
         return std::string();
+      });
+    };
+  });
+
+  CLI::App* telemetry = sim->add_subcommand(
+      "telemetry",
+      "Set a simulated GPU's health figures (temperature, power, throttling, ECC, remapped "
+      "rows); figures not set follow the load of its processes");
+  telemetry->add_option("STATE_FILE", options->state, "State file")->required();
+  telemetry->add_option("--gpu", options->gpu, "GPU index")->required();
+  telemetry->add_option("--temperature", options->temperature_c, "GPU temperature, C")
+      ->check(CLI::Range(-40, 150));
+  telemetry->add_option("--power", options->power_w, "Power draw, W")
+      ->check(CLI::Range(0.0, 5000.0));
+  telemetry->add_option("--utilization", options->utilization_pct, "GPU utilisation, %")
+      ->check(CLI::Range(0, 100));
+  telemetry->add_option("--throttle", options->throttle,
+                        "Throttle reasons: none, or a list of idle, app-clocks, sw-power-cap, "
+                        "hw-slowdown, sync-boost, sw-thermal, hw-thermal, hw-power-brake");
+  telemetry->add_option("--ecc-corrected", options->ecc_corrected, "Corrected ECC errors");
+  telemetry->add_option("--ecc-uncorrected", options->ecc_uncorrected, "Uncorrected ECC errors");
+  telemetry
+      ->add_option("--remapped-correctable", options->remapped_correctable,
+                   "Rows remapped for correctable errors")
+      ->check(CLI::NonNegativeNumber);
+  telemetry
+      ->add_option("--remapped-uncorrectable", options->remapped_uncorrectable,
+                   "Rows remapped for uncorrectable errors")
+      ->check(CLI::NonNegativeNumber);
+  telemetry->add_option("--remap-pending", options->remap_pending, "yes or no")
+      ->check(CLI::IsMember({"yes", "no"}));
+  telemetry->add_option("--remap-failure", options->remap_failure, "yes or no")
+      ->check(CLI::IsMember({"yes", "no"}));
+  telemetry->add_option("--unsupported", options->unsupported,
+                        "Figures the GPU does not give, comma-separated (temperature, power, "
+                        "clocks, utilization, throttle, ecc, remapped_rows, gpm), or none");
+  telemetry->add_flag("--clear", options->clear,
+                      "Forget every override and counter first (figures follow the load)");
+  telemetry->callback([&global, options, action] {
+    *action = [&global, options] {
+      return Mutate(global, options->state, "sim telemetry", [&](SimState& state, SimMachine&) {
+        if (options->gpu < 0 || static_cast<size_t>(options->gpu) >= state.gpus.size()) {
+          return std::string("no GPU ") + std::to_string(options->gpu);
+        }
+        device::sim::SimTelemetry& t = state.gpus[static_cast<size_t>(options->gpu)].telemetry;
+        if (options->clear) t = {};
+        if (options->temperature_c) t.temperature_c = options->temperature_c;
+        if (options->power_w) t.power_w = options->power_w;
+        if (options->utilization_pct) t.utilization_pct = options->utilization_pct;
+        if (!options->throttle.empty()) {
+          std::string error;
+          std::optional<std::uint64_t> bits = ParseThrottle(options->throttle, &error);
+          if (!bits) return error;
+          t.throttle_reasons = *bits;
+        }
+        if (options->ecc_corrected) t.ecc_corrected = *options->ecc_corrected;
+        if (options->ecc_uncorrected) t.ecc_uncorrected = *options->ecc_uncorrected;
+        if (options->remapped_correctable) {
+          t.remapped_rows_correctable = *options->remapped_correctable;
+        }
+        if (options->remapped_uncorrectable) {
+          t.remapped_rows_uncorrectable = *options->remapped_uncorrectable;
+        }
+        if (options->remap_pending) t.remap_pending = *options->remap_pending == "yes";
+        if (options->remap_failure) t.remap_failure = *options->remap_failure == "yes";
+        if (options->unsupported) {
+          static const char* kFigures[] = {"temperature", "power", "clocks",        "utilization",
+                                           "throttle",    "ecc",   "remapped_rows", "gpm"};
+          t.unsupported.clear();
+          std::size_t begin = 0;
+          const std::string& text = *options->unsupported;
+          while (text != "none" && begin <= text.size()) {
+            const std::size_t end = std::min(text.find(',', begin), text.size());
+            const std::string figure = text.substr(begin, end - begin);
+            if (std::find_if(std::begin(kFigures), std::end(kFigures), [&](const char* known) {
+                  return figure == known;
+                }) == std::end(kFigures)) {
+              return "unknown figure '" + figure +
+                     "' (temperature, power, clocks, utilization, throttle, ecc, remapped_rows, "
+                     "gpm)";
+            }
+            t.unsupported.push_back(figure);
+            begin = end + 1;
+          }
+        }
+        return std::string();
+      });
+    };
+  });
+
+  CLI::App* xid = sim->add_subcommand(
+      "xid", "Make the simulated driver report a critical Xid error (e.g. 48: double-bit ECC)");
+  xid->add_option("STATE_FILE", options->state, "State file")->required();
+  xid->add_option("--gpu", options->gpu, "GPU index")->required();
+  xid->add_option("XID", options->xid, "The Xid number")->required()->check(CLI::PositiveNumber);
+  xid->add_option("--gi", options->gi, "GPU instance it concerns (MIG)");
+  xid->add_option("--ci", options->ci, "Compute instance it concerns (MIG)");
+  xid->callback([&global, options, action] {
+    *action = [&global, options] {
+      return Mutate(global, options->state, "sim xid", [&](SimState&, SimMachine& machine) {
+        return CodeText(machine.InjectXid(options->gpu, options->xid, options->gi, options->ci));
+      });
+    };
+  });
+
+  CLI::App* lost = sim->add_subcommand(
+      "lost", "Make a simulated GPU fall off the bus (every query answers GPU_IS_LOST), or back");
+  lost->add_option("STATE_FILE", options->state, "State file")->required();
+  lost->add_option("--gpu", options->gpu, "GPU index")->required();
+  lost->add_option("MODE", options->on_off, "on (lost) or off (back)")
+      ->required()
+      ->check(CLI::IsMember({"on", "off"}));
+  lost->callback([&global, options, action] {
+    *action = [&global, options] {
+      return Mutate(global, options->state, "sim lost", [&](SimState&, SimMachine& machine) {
+        return CodeText(machine.SetLost(options->gpu, options->on_off == "on"));
       });
     };
   });

@@ -39,4 +39,16 @@ absl::Status Backend::TerminateProcess(std::uint32_t pid, int grace_seconds) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<GpuTelemetry> Backend::GetTelemetry(int) {
+  return absl::UnimplementedError(Describe() + " gives no health figures");
+}
+
+absl::StatusOr<Activity> Backend::SampleActivity(int, std::optional<int>) {
+  return absl::UnimplementedError(Describe() + " gives no SM activity");
+}
+
+absl::StatusOr<std::vector<XidEvent>> Backend::TakeXidEvents() {
+  return absl::UnimplementedError(Describe() + " gives no Xid events");
+}
+
 }  // namespace gpuslice::device

@@ -51,6 +51,14 @@ absl::Status SimBackend::Run(const char* call, bool mutating,
   return absl::OkStatus();
 }
 
+absl::Status SimBackend::RunOnGpu(const char* call, int gpu, bool mutating,
+                                  const std::function<int(SimMachine&)>& fn) {
+  return Run(call, mutating, [&](SimMachine& machine) {
+    const int code = machine.CheckGpu(gpu);
+    return code != kNvmlSuccess ? code : fn(machine);
+  });
+}
+
 absl::Status SimBackend::Control(const std::string& what, bool mutating,
                                  const std::function<int(SimMachine&)>& fn) {
   int code = kNvmlSuccess;
@@ -109,7 +117,7 @@ absl::StatusOr<std::vector<GpuInfo>> SimBackend::ListGpus() {
 
 absl::StatusOr<std::vector<GpuInstanceProfileInfo>> SimBackend::ListGpuInstanceProfiles(int gpu) {
   std::vector<GpuInstanceProfileInfo> out;
-  absl::Status status = Run("ListGpuInstanceProfiles", false, [&](SimMachine& machine) {
+  absl::Status status = RunOnGpu("ListGpuInstanceProfiles", gpu, false, [&](SimMachine& machine) {
     const sim::SimGpu* g = machine.Gpu(gpu);
     if (g == nullptr) return static_cast<int>(kNvmlInvalidArgument);
     const hw::GpuModel* model = machine.ModelOf(gpu);
@@ -145,7 +153,7 @@ absl::StatusOr<std::vector<GpuInstanceProfileInfo>> SimBackend::ListGpuInstanceP
 
 absl::StatusOr<std::vector<GpuInstanceInfo>> SimBackend::ListGpuInstances(int gpu) {
   std::vector<GpuInstanceInfo> out;
-  absl::Status status = Run("ListGpuInstances", false, [&](SimMachine& machine) {
+  absl::Status status = RunOnGpu("ListGpuInstances", gpu, false, [&](SimMachine& machine) {
     const sim::SimGpu* g = machine.Gpu(gpu);
     if (g == nullptr) return static_cast<int>(kNvmlInvalidArgument);
     if (!g->mig_capable || g->mig_current != MigMode::kEnabled)
@@ -160,7 +168,7 @@ absl::StatusOr<std::vector<GpuInstanceInfo>> SimBackend::ListGpuInstances(int gp
 
 absl::StatusOr<std::vector<ComputeInstanceInfo>> SimBackend::ListComputeInstances(int gpu, int gi) {
   std::vector<ComputeInstanceInfo> out;
-  absl::Status status = Run("ListComputeInstances", false, [&](SimMachine& machine) {
+  absl::Status status = RunOnGpu("ListComputeInstances", gpu, false, [&](SimMachine& machine) {
     if (machine.Gpu(gpu) == nullptr) return static_cast<int>(kNvmlInvalidArgument);
     const sim::SimGi* instance = machine.Gi(gpu, gi);
     if (instance == nullptr) return static_cast<int>(kNvmlNotFound);
@@ -176,7 +184,7 @@ absl::StatusOr<std::vector<ComputeInstanceInfo>> SimBackend::ListComputeInstance
 absl::StatusOr<GpuInstanceInfo> SimBackend::CreateGpuInstance(int gpu, int profile_id,
                                                               std::optional<int> start) {
   GpuInstanceInfo info;
-  absl::Status status = Run("CreateGpuInstance", true, [&](SimMachine& machine) {
+  absl::Status status = RunOnGpu("CreateGpuInstance", gpu, true, [&](SimMachine& machine) {
     int id = 0;
     const int code = machine.CreateGi(gpu, profile_id, start, &id);
     if (code != kNvmlSuccess) return code;
@@ -192,7 +200,7 @@ absl::StatusOr<ComputeInstanceInfo> SimBackend::CreateComputeInstance(int gpu, i
                                                                       int ci_profile_id,
                                                                       std::optional<int> start) {
   ComputeInstanceInfo info;
-  absl::Status status = Run("CreateComputeInstance", true, [&](SimMachine& machine) {
+  absl::Status status = RunOnGpu("CreateComputeInstance", gpu, true, [&](SimMachine& machine) {
     int id = 0;
     const int code = machine.CreateCi(gpu, gi, ci_profile_id, start, &id);
     if (code != kNvmlSuccess) return code;
@@ -206,18 +214,18 @@ absl::StatusOr<ComputeInstanceInfo> SimBackend::CreateComputeInstance(int gpu, i
 }
 
 absl::Status SimBackend::DestroyGpuInstance(int gpu, int gi) {
-  return Run("DestroyGpuInstance", true,
-             [&](SimMachine& machine) { return machine.DestroyGi(gpu, gi); });
+  return RunOnGpu("DestroyGpuInstance", gpu, true,
+                  [&](SimMachine& machine) { return machine.DestroyGi(gpu, gi); });
 }
 
 absl::Status SimBackend::DestroyComputeInstance(int gpu, int gi, int ci) {
-  return Run("DestroyComputeInstance", true,
-             [&](SimMachine& machine) { return machine.DestroyCi(gpu, gi, ci); });
+  return RunOnGpu("DestroyComputeInstance", gpu, true,
+                  [&](SimMachine& machine) { return machine.DestroyCi(gpu, gi, ci); });
 }
 
 absl::StatusOr<MigModeChange> SimBackend::SetMigMode(int gpu, MigMode mode) {
   MigModeChange change;
-  absl::Status status = Run("SetMigMode", true, [&](SimMachine& machine) {
+  absl::Status status = RunOnGpu("SetMigMode", gpu, true, [&](SimMachine& machine) {
     return machine.SetMigMode(gpu, mode, &change);
   });
   if (!status.ok()) return status;
@@ -225,12 +233,13 @@ absl::StatusOr<MigModeChange> SimBackend::SetMigMode(int gpu, MigMode mode) {
 }
 
 absl::Status SimBackend::ResetGpu(int gpu) {
-  return Run("ResetGpu", true, [&](SimMachine& machine) { return machine.ResetGpu(gpu); });
+  return RunOnGpu("ResetGpu", gpu, true,
+                  [&](SimMachine& machine) { return machine.ResetGpu(gpu); });
 }
 
 absl::StatusOr<std::vector<ProcessInfo>> SimBackend::ListProcesses(int gpu) {
   std::vector<ProcessInfo> out;
-  absl::Status status = Run("ListProcesses", false, [&](SimMachine& machine) {
+  absl::Status status = RunOnGpu("ListProcesses", gpu, false, [&](SimMachine& machine) {
     const sim::SimGpu* g = machine.Gpu(gpu);
     if (g == nullptr) return static_cast<int>(kNvmlInvalidArgument);
     for (const sim::SimProcess& p : g->processes)
@@ -244,15 +253,16 @@ absl::StatusOr<std::vector<ProcessInfo>> SimBackend::ListProcesses(int gpu) {
 absl::StatusOr<MemoryInfo> SimBackend::GetMemory(int gpu, std::optional<int> gi,
                                                  std::optional<int> ci) {
   MemoryInfo info;
-  absl::Status status = Run(
-      "GetMemory", false, [&](SimMachine& machine) { return machine.Memory(gpu, gi, ci, &info); });
+  absl::Status status = RunOnGpu("GetMemory", gpu, false, [&](SimMachine& machine) {
+    return machine.Memory(gpu, gi, ci, &info);
+  });
   if (!status.ok()) return status;
   return info;
 }
 
 absl::StatusOr<std::vector<std::string>> SimBackend::ListGpuHolders(int gpu) {
   std::vector<std::string> out;
-  absl::Status status = Run("ListGpuHolders", false, [&](SimMachine& machine) {
+  absl::Status status = RunOnGpu("ListGpuHolders", gpu, false, [&](SimMachine& machine) {
     const sim::SimGpu* g = machine.Gpu(gpu);
     if (g == nullptr) return static_cast<int>(kNvmlInvalidArgument);
     out = g->holders;
@@ -265,6 +275,33 @@ absl::StatusOr<std::vector<std::string>> SimBackend::ListGpuHolders(int gpu) {
 absl::Status SimBackend::TerminateProcess(std::uint32_t pid, int /*grace_seconds*/) {
   return Run("TerminateProcess", true,
              [&](SimMachine& machine) { return machine.RemoveProcess(pid); });
+}
+
+absl::StatusOr<GpuTelemetry> SimBackend::GetTelemetry(int gpu) {
+  GpuTelemetry out;
+  absl::Status status =
+      Run("GetTelemetry", false, [&](SimMachine& machine) { return machine.Telemetry(gpu, &out); });
+  if (!status.ok()) return status;
+  return out;
+}
+
+absl::StatusOr<Activity> SimBackend::SampleActivity(int gpu, std::optional<int> gi) {
+  Activity out;
+  absl::Status status = Run("SampleActivity", false, [&](SimMachine& machine) {
+    return machine.SampleActivity(gpu, gi, &out);
+  });
+  if (!status.ok()) return status;
+  return out;
+}
+
+absl::StatusOr<std::vector<XidEvent>> SimBackend::TakeXidEvents() {
+  std::vector<XidEvent> out;
+  absl::Status status = Run("TakeXidEvents", true, [&](SimMachine& machine) {
+    machine.TakeXids(&out);
+    return static_cast<int>(kNvmlSuccess);
+  });
+  if (!status.ok()) return status;
+  return out;
 }
 
 }  // namespace gpuslice::device

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -415,6 +416,178 @@ int SimMachine::RemoveHolder(int gpu, const std::string& name) {
   auto it = std::find(g->holders.begin(), g->holders.end(), name);
   if (it == g->holders.end()) return kNvmlNotFound;
   g->holders.erase(it);
+  return kNvmlSuccess;
+}
+
+int SimMachine::InjectXid(int gpu, std::uint64_t xid, int gi, int ci) {
+  const SimGpu* g = Gpu(gpu);
+  if (g == nullptr || xid == 0) return kNvmlInvalidArgument;
+  if (gi >= 0 && Gi(gpu, gi) == nullptr) return kNvmlNotFound;
+  state_.xids.push_back({gpu, xid, gi, gi >= 0 ? ci : -1});
+  return kNvmlSuccess;
+}
+
+int SimMachine::SetLost(int gpu, bool lost) {
+  SimGpu* g = MutableGpu(gpu);
+  if (g == nullptr) return kNvmlInvalidArgument;
+  g->lost = lost;
+  return kNvmlSuccess;
+}
+
+int SimMachine::CheckGpu(int gpu) const {
+  const SimGpu* g = Gpu(gpu);
+  if (g == nullptr) return kNvmlInvalidArgument;
+  return g->lost ? kNvmlGpuIsLost : kNvmlSuccess;
+}
+
+void SimMachine::TakeXids(std::vector<XidEvent>* out) {
+  for (const SimXid& x : state_.xids) {
+    XidEvent event;
+    event.gpu = x.gpu;
+    event.xid = x.xid;
+    if (x.gi >= 0) event.gi = x.gi;
+    if (x.ci >= 0) event.ci = x.ci;
+    out->push_back(event);
+  }
+  state_.xids.clear();
+}
+
+namespace {
+
+bool Unsupported(const SimGpu& gpu, std::string_view figure) {
+  return std::find(gpu.telemetry.unsupported.begin(), gpu.telemetry.unsupported.end(), figure) !=
+         gpu.telemetry.unsupported.end();
+}
+
+// Board power limit by model id prefix, in W (public board specifications; 300 W for models not
+// listed). Longer ids come before their prefixes ("H200" before "H20", "L40S" before "L4").
+double PowerLimitW(const std::string& model_id) {
+  static const std::pair<const char*, double> kLimits[] = {
+      {"A100-40GB", 400}, {"A100-80GB", 400},    {"A30", 165},   {"H100-80GB", 700},
+      {"H100-NVL", 400},  {"H100-96GB", 700},    {"H200", 700},  {"H20", 500},
+      {"B200", 1000},     {"B300", 1100},        {"GH200", 900}, {"GB200", 1200},
+      {"GB300", 1400},    {"RTX-PRO-6000", 600}, {"L4", 72},     {"T4", 70},
+      {"L40S", 350},      {"L40", 300},          {"A10", 150}};
+  for (const auto& [prefix, watts] : kLimits) {
+    if (model_id.rfind(prefix, 0) == 0) return watts;
+  }
+  return 300;
+}
+
+struct Clocks {
+  int sm_idle;
+  int sm_busy;
+  int memory;
+};
+
+Clocks ClocksOf(const std::string& architecture) {
+  if (architecture == "Hopper") return {345, 1980, 2619};
+  if (architecture == "Blackwell") return {420, 1965, 3996};
+  if (architecture == "Ampere") return {210, 1410, 1593};
+  return {300, 1500, 5001};
+}
+
+bool HasGpm(const std::string& architecture) {
+  return architecture == "Hopper" || architecture == "Blackwell";
+}
+
+double Round1(double value) { return std::round(value * 10) / 10; }
+
+}  // namespace
+
+double SimMachine::Load(const SimGpu& gpu, std::optional<int> gi) const {
+  auto instance_load = [&](int id) {
+    double sum = 0;
+    for (const SimProcess& p : gpu.processes) {
+      if (p.gi == id) sum += p.sm_activity_pct;
+    }
+    return std::min(100.0, sum);
+  };
+  if (gi) return instance_load(*gi);
+  if (gpu.mig_current != MigMode::kEnabled) {
+    double sum = 0;
+    for (const SimProcess& p : gpu.processes) sum += p.sm_activity_pct;
+    return std::min(100.0, sum);
+  }
+  // MIG: each instance's load weighted by its share of the compute slices.
+  const hw::GpuModel* model = catalog_.Find(gpu.model_id);
+  if (model == nullptr || !model->mig) return 0;
+  double weighted = 0;
+  for (const SimGi& instance : gpu.gis) {
+    const hw::GiProfile* profile = model->mig->FindProfileBySmiId(instance.profile_id);
+    if (profile == nullptr) continue;
+    weighted += instance_load(instance.id) * profile->compute_slices;
+  }
+  return std::min(100.0, weighted / model->mig->compute_slices);
+}
+
+int SimMachine::Telemetry(int gpu, GpuTelemetry* out) const {
+  if (int code = CheckGpu(gpu); code != kNvmlSuccess) return code;
+  const SimGpu& g = *Gpu(gpu);
+  const hw::GpuModel* model = ModelOf(gpu);
+  const std::string architecture = model != nullptr ? model->architecture : "";
+  const SimTelemetry& t = g.telemetry;
+  const double load = Load(g, std::nullopt);
+  const bool idle = g.processes.empty();
+  *out = {};
+  if (!Unsupported(g, "temperature")) {
+    out->temperature_c = t.temperature_c.value_or(32 + static_cast<int>(std::lround(load / 2)));
+  }
+  if (!Unsupported(g, "power")) {
+    const double limit = PowerLimitW(g.model_id);
+    out->power_limit_w = limit;
+    out->power_w = t.power_w.value_or(Round1(limit * (0.12 + 0.78 * load / 100)));
+  }
+  if (!Unsupported(g, "clocks")) {
+    const Clocks clocks = ClocksOf(architecture);
+    out->sm_clock_mhz = idle ? clocks.sm_idle : clocks.sm_busy;
+    out->memory_clock_mhz = clocks.memory;
+  }
+  // NVML gives no utilisation rates while MIG is on.
+  if (!Unsupported(g, "utilization") && g.mig_current != MigMode::kEnabled) {
+    const int utilization = t.utilization_pct.value_or(static_cast<int>(std::lround(load)));
+    out->utilization_pct = utilization;
+    out->memory_utilization_pct = static_cast<int>(std::lround(utilization * 0.6));
+  }
+  if (!Unsupported(g, "throttle")) {
+    out->throttle_reasons = t.throttle_reasons | (idle ? kThrottleGpuIdle : 0);
+  }
+  // GeForce boards have no ECC memory.
+  const bool geforce =
+      g.model_id.find("4090") != std::string::npos || g.model_id.find("5090") != std::string::npos;
+  if (!Unsupported(g, "ecc") && !geforce) {
+    out->ecc_corrected = t.ecc_corrected;
+    out->ecc_uncorrected = t.ecc_uncorrected;
+  }
+  // Row remapping came with Ampere's HBM boards (the MIG-capable ones).
+  if (!Unsupported(g, "remapped_rows") && g.mig_capable) {
+    out->remapped_rows_correctable = t.remapped_rows_correctable;
+    out->remapped_rows_uncorrectable = t.remapped_rows_uncorrectable;
+    out->remap_pending = t.remap_pending;
+    out->remap_failure = t.remap_failure;
+  }
+  return kNvmlSuccess;
+}
+
+int SimMachine::SampleActivity(int gpu, std::optional<int> gi, Activity* out) const {
+  if (int code = CheckGpu(gpu); code != kNvmlSuccess) return code;
+  const SimGpu& g = *Gpu(gpu);
+  const hw::GpuModel* model = ModelOf(gpu);
+  if (model == nullptr || !HasGpm(model->architecture) || Unsupported(g, "gpm")) {
+    return kNvmlNotSupported;
+  }
+  if (gi) {
+    if (g.mig_current != MigMode::kEnabled) return kNvmlNotSupported;
+    if (Gi(gpu, *gi) == nullptr) return kNvmlNotFound;
+  }
+  double load = Load(g, gi);
+  if (!gi && g.mig_current != MigMode::kEnabled && g.telemetry.utilization_pct) {
+    load = *g.telemetry.utilization_pct;
+  }
+  *out = {};
+  out->sm_active_pct = Round1(load);
+  out->sm_occupancy_pct = Round1(load * 0.6);
+  out->dram_bandwidth_pct = Round1(load * 0.4);
   return kNvmlSuccess;
 }
 

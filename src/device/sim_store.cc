@@ -85,6 +85,47 @@ absl::Status WriteAtomically(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
+json TelemetryToJson(const SimTelemetry& t) {
+  json out = {{"throttle_reasons", t.throttle_reasons},
+              {"ecc_corrected", t.ecc_corrected},
+              {"ecc_uncorrected", t.ecc_uncorrected},
+              {"remapped_rows_correctable", t.remapped_rows_correctable},
+              {"remapped_rows_uncorrectable", t.remapped_rows_uncorrectable},
+              {"remap_pending", t.remap_pending},
+              {"remap_failure", t.remap_failure},
+              {"unsupported", t.unsupported}};
+  if (t.temperature_c) out["temperature_c"] = *t.temperature_c;
+  if (t.power_w) out["power_w"] = *t.power_w;
+  if (t.utilization_pct) out["utilization_pct"] = *t.utilization_pct;
+  return out;
+}
+
+SimTelemetry TelemetryFromJson(const json& in) {
+  CheckKeys(in,
+            {"throttle_reasons", "ecc_corrected", "ecc_uncorrected", "remapped_rows_correctable",
+             "remapped_rows_uncorrectable", "remap_pending", "remap_failure", "unsupported",
+             "temperature_c", "power_w", "utilization_pct"},
+            "a GPU's telemetry");
+  SimTelemetry t;
+  if (in.contains("temperature_c")) t.temperature_c = Get<int>(in, "temperature_c");
+  if (in.contains("power_w")) t.power_w = Get<double>(in, "power_w");
+  if (in.contains("utilization_pct")) t.utilization_pct = Get<int>(in, "utilization_pct");
+  if (in.contains("throttle_reasons"))
+    t.throttle_reasons = Get<std::uint64_t>(in, "throttle_reasons");
+  if (in.contains("ecc_corrected")) t.ecc_corrected = Get<std::uint64_t>(in, "ecc_corrected");
+  if (in.contains("ecc_uncorrected")) t.ecc_uncorrected = Get<std::uint64_t>(in, "ecc_uncorrected");
+  if (in.contains("remapped_rows_correctable")) {
+    t.remapped_rows_correctable = Get<int>(in, "remapped_rows_correctable");
+  }
+  if (in.contains("remapped_rows_uncorrectable")) {
+    t.remapped_rows_uncorrectable = Get<int>(in, "remapped_rows_uncorrectable");
+  }
+  if (in.contains("remap_pending")) t.remap_pending = Get<bool>(in, "remap_pending");
+  if (in.contains("remap_failure")) t.remap_failure = Get<bool>(in, "remap_failure");
+  if (in.contains("unsupported")) t.unsupported = Get<std::vector<std::string>>(in, "unsupported");
+  return t;
+}
+
 }  // namespace
 
 std::string ToJson(const SimState& state) {
@@ -112,7 +153,8 @@ std::string ToJson(const SimState& state) {
                            {"name", p.name},
                            {"used_mib", p.used_mib},
                            {"gpu_instance", p.gi},
-                           {"compute_instance", p.ci}});
+                           {"compute_instance", p.ci},
+                           {"sm_activity_pct", p.sm_activity_pct}});
     }
     gpus.push_back({{"index", gpu.index},
                     {"model", gpu.model_id},
@@ -127,7 +169,14 @@ std::string ToJson(const SimState& state) {
                     {"reset_supported", gpu.reset_supported},
                     {"gpu_instances", gis},
                     {"processes", processes},
-                    {"holders", gpu.holders}});
+                    {"holders", gpu.holders},
+                    {"telemetry", TelemetryToJson(gpu.telemetry)},
+                    {"lost", gpu.lost}});
+  }
+  json xids = json::array();
+  for (const SimXid& x : state.xids) {
+    xids.push_back(
+        {{"gpu", x.gpu}, {"xid", x.xid}, {"gpu_instance", x.gi}, {"compute_instance", x.ci}});
   }
   json faults = json::array();
   for (const FaultRule& rule : state.faults) {
@@ -143,6 +192,7 @@ std::string ToJson(const SimState& state) {
                {"uuid_counter", state.uuid_counter},
                {"calls", state.calls},
                {"faults", faults},
+               {"xids", xids},
                {"gpus", gpus}};
   return root.dump(1) + "\n";
 }
@@ -151,10 +201,10 @@ absl::StatusOr<SimState> FromJson(std::string_view text, std::string_view origin
   SimState state;
   try {
     const json root = json::parse(text);
-    CheckKeys(
-        root,
-        {"gpuslice_simulator", "driver_version", "seed", "uuid_counter", "calls", "faults", "gpus"},
-        "the state");
+    CheckKeys(root,
+              {"gpuslice_simulator", "driver_version", "seed", "uuid_counter", "calls", "faults",
+               "xids", "gpus"},
+              "the state");
     if (!root.contains("gpuslice_simulator")) {
       throw std::runtime_error(
           "not a gpuslice simulator state (create one with `gpuslice sim create`)");
@@ -176,11 +226,18 @@ absl::StatusOr<SimState> FromJson(std::string_view text, std::string_view origin
       rule.times = Get<int>(rule_json, "times");
       state.faults.push_back(rule);
     }
+    if (root.contains("xids")) {
+      for (const json& x : Get<json>(root, "xids")) {
+        CheckKeys(x, {"gpu", "xid", "gpu_instance", "compute_instance"}, "an Xid event");
+        state.xids.push_back({Get<int>(x, "gpu"), Get<std::uint64_t>(x, "xid"),
+                              Get<int>(x, "gpu_instance"), Get<int>(x, "compute_instance")});
+      }
+    }
     for (const json& gpu_json : Get<json>(root, "gpus")) {
       CheckKeys(gpu_json,
                 {"index", "model", "uuid", "name", "pci_device_id", "bus_id", "memory_total_mib",
                  "mig_capable", "mig_current", "mig_pending", "reset_supported", "gpu_instances",
-                 "processes", "holders"},
+                 "processes", "holders", "telemetry", "lost"},
                 "a GPU");
       SimGpu gpu;
       gpu.index = Get<int>(gpu_json, "index");
@@ -211,14 +268,23 @@ absl::StatusOr<SimState> FromJson(std::string_view text, std::string_view origin
         gpu.gis.push_back(std::move(gi));
       }
       for (const json& p_json : Get<json>(gpu_json, "processes")) {
-        CheckKeys(p_json, {"pid", "name", "used_mib", "gpu_instance", "compute_instance"},
-                  "a process");
-        gpu.processes.push_back(
-            {Get<std::uint32_t>(p_json, "pid"), Get<std::string>(p_json, "name"),
-             Get<std::int64_t>(p_json, "used_mib"), Get<int>(p_json, "gpu_instance"),
-             Get<int>(p_json, "compute_instance")});
+        CheckKeys(
+            p_json,
+            {"pid", "name", "used_mib", "gpu_instance", "compute_instance", "sm_activity_pct"},
+            "a process");
+        SimProcess process{Get<std::uint32_t>(p_json, "pid"), Get<std::string>(p_json, "name"),
+                           Get<std::int64_t>(p_json, "used_mib"), Get<int>(p_json, "gpu_instance"),
+                           Get<int>(p_json, "compute_instance")};
+        if (p_json.contains("sm_activity_pct")) {
+          process.sm_activity_pct = Get<double>(p_json, "sm_activity_pct");
+        }
+        gpu.processes.push_back(std::move(process));
       }
       gpu.holders = Get<std::vector<std::string>>(gpu_json, "holders");
+      if (gpu_json.contains("telemetry")) {
+        gpu.telemetry = TelemetryFromJson(Get<json>(gpu_json, "telemetry"));
+      }
+      if (gpu_json.contains("lost")) gpu.lost = Get<bool>(gpu_json, "lost");
       state.gpus.push_back(std::move(gpu));
     }
   } catch (const std::exception& error) {

@@ -69,6 +69,18 @@ absl::StatusOr<std::vector<std::string>> SynchronizedBackend::ListGpuHolders(int
   Guard guard(mutex_);
   return inner_->ListGpuHolders(gpu);
 }
+absl::StatusOr<GpuTelemetry> SynchronizedBackend::GetTelemetry(int gpu) {
+  Guard guard(mutex_);
+  return inner_->GetTelemetry(gpu);
+}
+absl::StatusOr<Activity> SynchronizedBackend::SampleActivity(int gpu, std::optional<int> gi) {
+  Guard guard(mutex_);
+  return inner_->SampleActivity(gpu, gi);
+}
+absl::StatusOr<std::vector<XidEvent>> SynchronizedBackend::TakeXidEvents() {
+  Guard guard(mutex_);
+  return inner_->TakeXidEvents();
+}
 absl::Status SynchronizedBackend::TerminateProcess(std::uint32_t pid, int grace_seconds) {
   Guard guard(mutex_);
   return inner_->TerminateProcess(pid, grace_seconds);

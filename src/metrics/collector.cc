@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "gpuslice/device/nvml_codes.h"
 
 namespace gpuslice::metrics {
 namespace {
@@ -38,6 +39,17 @@ void AddIf(Family& family, const Labels& labels, const std::optional<T>& value) 
   if (value.has_value()) family.samples.push_back({labels, static_cast<double>(*value)});
 }
 
+// A figure the backend does not give at all (no such query, not on this GPU or driver, or no
+// second sample yet): absent without an error line.
+bool NotGiven(const absl::Status& status) {
+  return absl::IsUnimplemented(status) || absl::IsUnavailable(status) ||
+         device::HasNvmlCode(status, device::kNvmlNotSupported);
+}
+
+bool Lost(const absl::Status& status) {
+  return device::HasNvmlCode(status, device::kNvmlGpuIsLost);
+}
+
 }  // namespace
 
 MachineFigures Collect(device::Backend& backend, const std::string& host) {
@@ -60,14 +72,35 @@ MachineFigures Collect(device::Backend& backend, const std::string& host) {
       gpu.memory_total_mib = memory->total_mib;
     } else {
       machine.errors.push_back(absl::StrCat(where, "memory: ", memory.status().message()));
+      if (Lost(memory.status())) {
+        // Fallen off the bus: every other query would fail the same way.
+        gpu.lost = true;
+        machine.gpus.push_back(std::move(gpu));
+        continue;
+      }
     }
     absl::StatusOr<std::vector<device::ProcessInfo>> processes = backend.ListProcesses(info.index);
     if (processes.ok()) {
       gpu.processes = static_cast<int>(processes->size());
       gpu.process_memory_mib = 0;
       for (const device::ProcessInfo& p : *processes) *gpu.process_memory_mib += p.used_memory_mib;
+      gpu.process_list = *processes;
     } else {
       machine.errors.push_back(absl::StrCat(where, "processes: ", processes.status().message()));
+      gpu.lost = gpu.lost || Lost(processes.status());
+    }
+    if (absl::StatusOr<device::GpuTelemetry> health = backend.GetTelemetry(info.index);
+        health.ok()) {
+      gpu.telemetry = *health;
+    } else if (!NotGiven(health.status())) {
+      machine.errors.push_back(absl::StrCat(where, "health: ", health.status().message()));
+      gpu.lost = gpu.lost || Lost(health.status());
+    }
+    if (absl::StatusOr<device::Activity> activity = backend.SampleActivity(info.index);
+        activity.ok()) {
+      gpu.activity = *activity;
+    } else if (!NotGiven(activity.status())) {
+      machine.errors.push_back(absl::StrCat(where, "activity: ", activity.status().message()));
     }
     if (gpu.mig) {
       absl::StatusOr<std::vector<device::GpuInstanceInfo>> gis =
@@ -107,7 +140,15 @@ MachineFigures Collect(device::Backend& backend, const std::string& host) {
               if (p.gi != gi.id) continue;
               *instance.processes += 1;
               *instance.process_memory_mib += p.used_memory_mib;
+              instance.process_list.push_back(p);
             }
+          }
+          absl::StatusOr<device::Activity> activity = backend.SampleActivity(info.index, gi.id);
+          if (activity.ok()) {
+            instance.activity = *activity;
+          } else if (!NotGiven(activity.status())) {
+            machine.errors.push_back(absl::StrCat(where, "GPU instance ", gi.id,
+                                                  ": activity: ", activity.status().message()));
           }
           gpu.instances.push_back(std::move(instance));
         }
@@ -115,7 +156,25 @@ MachineFigures Collect(device::Backend& backend, const std::string& host) {
     }
     machine.gpus.push_back(std::move(gpu));
   }
+  if (absl::StatusOr<std::vector<device::XidEvent>> xids = backend.TakeXidEvents(); xids.ok()) {
+    machine.xids = *std::move(xids);
+  } else if (!NotGiven(xids.status())) {
+    machine.errors.push_back(absl::StrCat("Xid events: ", xids.status().message()));
+  }
   return machine;
+}
+
+const std::vector<std::pair<std::uint64_t, std::string>>& ThrottleReasonNames() {
+  static const std::vector<std::pair<std::uint64_t, std::string>> kNames = {
+      {device::kThrottleGpuIdle, "gpu_idle"},
+      {device::kThrottleApplicationsClocks, "applications_clocks"},
+      {device::kThrottleSwPowerCap, "sw_power_cap"},
+      {device::kThrottleHwSlowdown, "hw_slowdown"},
+      {device::kThrottleSyncBoost, "sync_boost"},
+      {device::kThrottleSwThermal, "sw_thermal"},
+      {device::kThrottleHwThermal, "hw_thermal"},
+      {device::kThrottleHwPowerBrake, "hw_power_brake"}};
+  return kNames;
 }
 
 std::vector<Family> Families(const MachineFigures& machine, const std::vector<Holder>& holders) {
@@ -127,6 +186,43 @@ std::vector<Family> Families(const MachineFigures& machine, const std::vector<Ho
       Gauge("gpuslice_processes", "Compute processes on the GPU or the MIG instance.");
   Family process_memory = Gauge("gpuslice_process_memory_mib",
                                 "Memory used by the compute processes of the GPU or instance.");
+  Family temperature = Gauge("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).");
+  Family power = Gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).");
+  Family power_limit = Gauge("DCGM_FI_DEV_POWER_MGMT_LIMIT", "Enforced power limit (in W).");
+  Family sm_clock = Gauge("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).");
+  Family mem_clock = Gauge("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).");
+  Family utilization = Gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).");
+  Family copy_utilization = Gauge("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).");
+  Family throttle_bits =
+      Gauge("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Current clock throttle reasons (bitmask).");
+  Family throttled =
+      Gauge("gpuslice_gpu_throttled", "1 while the GPU's clocks are held back for this reason.");
+  Family ecc_sbe = Gauge("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+                         "Corrected (single-bit) ECC errors since the driver loaded.");
+  Family ecc_dbe = Gauge("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+                         "Uncorrected (double-bit) ECC errors since the driver loaded.");
+  Family rows_correctable =
+      Gauge("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Rows remapped for correctable errors.");
+  Family rows_uncorrectable =
+      Gauge("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Rows remapped for uncorrectable errors.");
+  Family remap_failure =
+      Gauge("DCGM_FI_DEV_ROW_REMAP_FAILURE", "1 when a row remap failed (the GPU needs service).");
+  Family remap_pending =
+      Gauge("gpuslice_gpu_row_remap_pending", "1 when a row remap waits for a GPU reset.");
+  Family sm_active = Gauge("DCGM_FI_PROF_SM_ACTIVE",
+                           "Ratio of cycles an SM has at least one warp assigned (GPM), per GPU "
+                           "and per MIG instance.");
+  Family sm_occupancy =
+      Gauge("DCGM_FI_PROF_SM_OCCUPANCY", "Ratio of warps resident on an SM to its maximum (GPM).");
+  Family dram_active = Gauge("DCGM_FI_PROF_DRAM_ACTIVE",
+                             "Ratio of cycles the device memory interface is busy (GPM).");
+  Family lost = Gauge("gpuslice_gpu_lost", "1 when the GPU fell off the bus (GPU_IS_LOST).");
+  auto activity = [&](const Labels& labels, const std::optional<device::Activity>& a) {
+    if (!a.has_value()) return;
+    sm_active.samples.push_back({labels, a->sm_active_pct / 100});
+    sm_occupancy.samples.push_back({labels, a->sm_occupancy_pct / 100});
+    dram_active.samples.push_back({labels, a->dram_bandwidth_pct / 100});
+  };
   auto memory = [&](const Labels& labels, const std::optional<std::int64_t>& u,
                     const std::optional<std::int64_t>& t) {
     AddIf(used, labels, u);
@@ -143,12 +239,37 @@ std::vector<Family> Families(const MachineFigures& machine, const std::vector<Ho
     mig.samples.push_back({labels, gpu.mig ? 1.0 : 0.0});
     AddIf(processes, labels, gpu.processes);
     AddIf(process_memory, labels, gpu.process_memory_mib);
+    lost.samples.push_back({labels, gpu.lost ? 1.0 : 0.0});
+    const device::GpuTelemetry& t = gpu.telemetry;
+    AddIf(temperature, labels, t.temperature_c);
+    AddIf(power, labels, t.power_w);
+    AddIf(power_limit, labels, t.power_limit_w);
+    AddIf(sm_clock, labels, t.sm_clock_mhz);
+    AddIf(mem_clock, labels, t.memory_clock_mhz);
+    AddIf(utilization, labels, t.utilization_pct);
+    AddIf(copy_utilization, labels, t.memory_utilization_pct);
+    AddIf(throttle_bits, labels, t.throttle_reasons);
+    if (t.throttle_reasons.has_value()) {
+      for (const auto& [bit, reason] : ThrottleReasonNames()) {
+        Labels with = labels;
+        with.emplace_back("reason", reason);
+        throttled.samples.push_back({with, (*t.throttle_reasons & bit) != 0 ? 1.0 : 0.0});
+      }
+    }
+    AddIf(ecc_sbe, labels, t.ecc_corrected);
+    AddIf(ecc_dbe, labels, t.ecc_uncorrected);
+    AddIf(rows_correctable, labels, t.remapped_rows_correctable);
+    AddIf(rows_uncorrectable, labels, t.remapped_rows_uncorrectable);
+    AddIf(remap_failure, labels, t.remap_failure);
+    AddIf(remap_pending, labels, t.remap_pending);
+    activity(labels, gpu.activity);
     for (const InstanceFigures& instance : gpu.instances) {
       const Labels at = InstanceLabels(machine.host, gpu, instance);
       if (!instance.uuid.empty()) where[instance.uuid] = at;
       memory(at, instance.memory_used_mib, instance.memory_total_mib);
       AddIf(processes, at, instance.processes);
       AddIf(process_memory, at, instance.process_memory_mib);
+      activity(at, instance.activity);
     }
   }
   Family info = Gauge("gpuslice_lease_info",
@@ -179,7 +300,35 @@ std::vector<Family> Families(const MachineFigures& machine, const std::vector<Ho
                         "absent).");
   errors.samples.push_back(
       {{{"Hostname", machine.host}}, static_cast<double>(machine.errors.size())});
-  return {used, free, total, mig, processes, process_memory, info, idle, limit, errors};
+  return {used,
+          free,
+          total,
+          mig,
+          processes,
+          process_memory,
+          lost,
+          temperature,
+          power,
+          power_limit,
+          sm_clock,
+          mem_clock,
+          utilization,
+          copy_utilization,
+          throttle_bits,
+          throttled,
+          ecc_sbe,
+          ecc_dbe,
+          rows_correctable,
+          rows_uncorrectable,
+          remap_failure,
+          remap_pending,
+          sm_active,
+          sm_occupancy,
+          dram_active,
+          info,
+          idle,
+          limit,
+          errors};
 }
 
 }  // namespace gpuslice::metrics

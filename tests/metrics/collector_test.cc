@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -197,6 +198,119 @@ TEST(CollectorStandaloneTest, AnUnreadableGpuListGivesNoGpusAndAnError) {
   absl::StatusOr<std::string> text = Write(Families(machine, {}));
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_THAT(*text, HasSubstr("gpuslice_collect_errors{Hostname=\"h\"} 1\n"));
+}
+
+
+namespace {
+
+absl::Status SetTelemetry(device::SimBackend& backend, int gpu,
+                          const std::function<void(device::sim::SimTelemetry&)>& change) {
+  return backend.Control("telemetry", true, [&](SimMachine& machine) {
+    change(machine.state().gpus[static_cast<size_t>(gpu)].telemetry);
+    return device::kNvmlSuccess;
+  });
+}
+
+}  // namespace
+
+TEST_F(CollectorTest, ReadsHealthAndActivityAndExposesThemUnderDcgmNames) {
+  ASSERT_TRUE(SetTelemetry(*backend_, 1, [](device::sim::SimTelemetry& t) {
+                t.temperature_c = 84;
+                t.throttle_reasons = device::kThrottleSwThermal;
+                t.ecc_uncorrected = 2;
+              }).ok());
+  const MachineFigures machine = Collect(*backend_, "node-a");
+  EXPECT_TRUE(machine.errors.empty()) << machine.errors.front();
+  const GpuFigures& mig = machine.gpus[0];
+  const GpuFigures& whole = machine.gpus[1];
+  // The busy MIG GPU: power and temperature follow the load; no utilisation rates with MIG on.
+  ASSERT_TRUE(mig.telemetry.power_w && mig.telemetry.power_limit_w && mig.telemetry.temperature_c);
+  EXPECT_EQ(*mig.telemetry.power_limit_w, 700);
+  EXPECT_GT(*mig.telemetry.power_w, 700 * 0.12);
+  EXPECT_FALSE(mig.telemetry.utilization_pct.has_value());
+  EXPECT_EQ(whole.telemetry.temperature_c, 84);
+  EXPECT_EQ(whole.telemetry.utilization_pct, 60);  // one process at the default 60%
+  // GPM on Hopper: the busy instance is active, the idle one is not.
+  std::map<int, InstanceFigures> by_gi;
+  for (const InstanceFigures& i : mig.instances) by_gi[i.gi] = i;
+  ASSERT_TRUE(by_gi[big_gi_].activity.has_value());
+  EXPECT_DOUBLE_EQ(by_gi[big_gi_].activity->sm_active_pct, 60);
+  ASSERT_TRUE(by_gi[small_gi_].activity.has_value());
+  EXPECT_DOUBLE_EQ(by_gi[small_gi_].activity->sm_active_pct, 0);
+  ASSERT_EQ(by_gi[big_gi_].process_list.size(), 1u);
+  EXPECT_EQ(by_gi[big_gi_].process_list[0].pid, 4242u);
+  // The GPU's activity weighs the instances by compute slices: 60% of 3 of 7 slices.
+  ASSERT_TRUE(mig.activity.has_value());
+  EXPECT_NEAR(mig.activity->sm_active_pct, 60.0 * 3 / 7, 0.05);
+
+  const std::vector<Family> families = Families(machine, {});
+  EXPECT_EQ(ValueOf(families, "DCGM_FI_DEV_GPU_TEMP", {{"gpu", "1"}}), 84);
+  EXPECT_EQ(ValueOf(families, "DCGM_FI_DEV_GPU_UTIL", {{"gpu", "0"}}), -1) << "absent with MIG";
+  EXPECT_EQ(ValueOf(families, "DCGM_FI_DEV_GPU_UTIL", {{"gpu", "1"}}), 60);
+  EXPECT_EQ(ValueOf(families, "gpuslice_gpu_throttled", {{"gpu", "1"}, {"reason", "sw_thermal"}}),
+            1);
+  EXPECT_EQ(ValueOf(families, "gpuslice_gpu_throttled", {{"gpu", "1"}, {"reason", "hw_thermal"}}),
+            0);
+  EXPECT_EQ(ValueOf(families, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", {{"gpu", "1"}}), 2);
+  EXPECT_DOUBLE_EQ(ValueOf(families, "DCGM_FI_PROF_SM_ACTIVE",
+                           {{"gpu", "0"}, {"GPU_I_ID", std::to_string(big_gi_)}}),
+                   0.6);
+  EXPECT_EQ(ValueOf(families, "gpuslice_gpu_lost", {{"gpu", "0"}}), 0);
+  ASSERT_TRUE(Write(families).ok());
+}
+
+TEST_F(CollectorTest, UnsupportedFiguresAreAbsentAndALostGpuIsMarked) {
+  ASSERT_TRUE(SetTelemetry(*backend_, 1, [](device::sim::SimTelemetry& t) {
+                t.unsupported = {"temperature", "power", "gpm"};
+              }).ok());
+  ASSERT_TRUE(
+      backend_->Control("lose", true, [](SimMachine& machine) { return machine.SetLost(0, true); })
+          .ok());
+  const MachineFigures machine = Collect(*backend_, "node-a");
+  const GpuFigures& lost = machine.gpus[0];
+  EXPECT_TRUE(lost.lost);
+  EXPECT_FALSE(lost.memory_used_mib.has_value());
+  EXPECT_TRUE(lost.instances.empty());
+  ASSERT_EQ(machine.errors.size(), 1u) << "one line for the lost GPU, none for unsupported figures";
+  EXPECT_THAT(machine.errors[0], HasSubstr("GPU 0"));
+  const GpuFigures& partial = machine.gpus[1];
+  EXPECT_FALSE(partial.lost);
+  EXPECT_FALSE(partial.telemetry.temperature_c.has_value());
+  EXPECT_FALSE(partial.telemetry.power_w.has_value());
+  EXPECT_FALSE(partial.activity.has_value());
+  EXPECT_TRUE(partial.telemetry.sm_clock_mhz.has_value());
+  const std::vector<Family> families = Families(machine, {});
+  EXPECT_EQ(ValueOf(families, "gpuslice_gpu_lost", {{"gpu", "0"}}), 1);
+  EXPECT_EQ(ValueOf(families, "DCGM_FI_DEV_GPU_TEMP", {{"gpu", "1"}}), -1);
+  EXPECT_EQ(ValueOf(families, "DCGM_FI_DEV_POWER_USAGE", {{"gpu", "1"}}), -1);
+}
+
+TEST_F(CollectorTest, XidEventsAreTakenOnce) {
+  ASSERT_TRUE(
+      backend_
+          ->Control("xid", true,
+                    [&](SimMachine& machine) { return machine.InjectXid(0, 48, big_gi_, 0); })
+          .ok());
+  MachineFigures machine = Collect(*backend_, "node-a");
+  ASSERT_EQ(machine.xids.size(), 1u);
+  EXPECT_EQ(machine.xids[0].xid, 48u);
+  EXPECT_EQ(machine.xids[0].gi, big_gi_);
+  machine = Collect(*backend_, "node-a");
+  EXPECT_TRUE(machine.xids.empty());
+}
+
+TEST(CollectorStandaloneTest, AnAmpereGpuHasNoGpmActivity) {
+  absl::StatusOr<device::sim::SimState> state =
+      device::sim::NewMachine(hw::Catalog::Builtin(), "1xA100-80GB", 1);
+  ASSERT_TRUE(state.ok());
+  state->gpus[0].processes.push_back({7, "job", 100, -1, -1});
+  device::SimBackend backend(*std::move(state), hw::Catalog::Builtin());
+  const MachineFigures machine = Collect(backend, "h");
+  ASSERT_EQ(machine.gpus.size(), 1u);
+  EXPECT_TRUE(machine.errors.empty());
+  EXPECT_FALSE(machine.gpus[0].activity.has_value());
+  EXPECT_EQ(machine.gpus[0].telemetry.utilization_pct, 60);
+  EXPECT_EQ(machine.gpus[0].telemetry.power_limit_w, 400);
 }
 
 }  // namespace

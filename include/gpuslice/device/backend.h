@@ -95,6 +95,57 @@ struct MemoryInfo {
   std::int64_t free_mib = 0;
 };
 
+// Health figures of one GPU (nvidia-smi -q's temperature, power, clocks, throttle and ECC
+// sections). Every figure is optional: absent when this GPU or driver does not give it
+// (NOT_SUPPORTED), never a made-up zero.
+struct GpuTelemetry {
+  std::optional<int> temperature_c;               // nvmlDeviceGetTemperature(GPU)
+  std::optional<double> power_w;                  // nvmlDeviceGetPowerUsage
+  std::optional<double> power_limit_w;            // nvmlDeviceGetEnforcedPowerLimit
+  std::optional<int> sm_clock_mhz;                // nvmlDeviceGetClockInfo(SM)
+  std::optional<int> memory_clock_mhz;            // nvmlDeviceGetClockInfo(MEM)
+  std::optional<int> utilization_pct;             // nvmlDeviceGetUtilizationRates.gpu; not with MIG
+  std::optional<int> memory_utilization_pct;      // .memory (time the memory was read or written)
+  std::optional<std::uint64_t> throttle_reasons;  // kThrottle* bits (clocks-event reasons)
+  std::optional<std::uint64_t> ecc_corrected;     // volatile ECC counts since the driver loaded
+  std::optional<std::uint64_t> ecc_uncorrected;
+  std::optional<int> remapped_rows_correctable;  // nvmlDeviceGetRemappedRows (A100 and later)
+  std::optional<int> remapped_rows_uncorrectable;
+  std::optional<bool> remap_pending;  // a remap waits for a GPU reset
+  std::optional<bool> remap_failure;
+};
+
+// nvmlClocksEventReasons bits (NVML's "clocks throttle reasons").
+inline constexpr std::uint64_t kThrottleGpuIdle = 0x1;
+inline constexpr std::uint64_t kThrottleApplicationsClocks = 0x2;
+inline constexpr std::uint64_t kThrottleSwPowerCap = 0x4;
+inline constexpr std::uint64_t kThrottleHwSlowdown = 0x8;
+inline constexpr std::uint64_t kThrottleSyncBoost = 0x10;
+inline constexpr std::uint64_t kThrottleSwThermal = 0x20;
+inline constexpr std::uint64_t kThrottleHwThermal = 0x40;
+inline constexpr std::uint64_t kThrottleHwPowerBrake = 0x80;
+// The reasons that mean the GPU is held back by heat or power (not idling or a clock setting).
+inline constexpr std::uint64_t kThrottleThermalOrPower = kThrottleSwPowerCap | kThrottleHwSlowdown |
+                                                         kThrottleSwThermal | kThrottleHwThermal |
+                                                         kThrottleHwPowerBrake;
+
+// SM activity over an interval, from NVML GPM (Hopper and later; nvmlGpmSampleGet for the whole
+// GPU, nvmlGpmMigSampleGet for one GPU instance). Percentages 0-100 of the device's own SMs.
+struct Activity {
+  double sm_active_pct = 0;       // NVML_GPM_METRIC_SM_UTIL
+  double sm_occupancy_pct = 0;    // NVML_GPM_METRIC_SM_OCCUPANCY
+  double dram_bandwidth_pct = 0;  // NVML_GPM_METRIC_DRAM_BW_UTIL
+  double interval_s = 0;          // between the two samples (0: the simulator's instant figure)
+};
+
+// A critical Xid error the driver reported (nvmlEventTypeXidCriticalError).
+struct XidEvent {
+  int gpu = 0;
+  std::uint64_t xid = 0;
+  std::optional<int> gi;  // the GPU instance it concerns, when the driver says
+  std::optional<int> ci;
+};
+
 // Result of SetMigMode: the mode is set as pending; `applied` when it is already current.
 struct MigModeChange {
   bool applied = false;
@@ -148,6 +199,19 @@ class Backend {
   // Non-process clients that hold the GPU and would block a reset (nvidia-persistenced, DCGM, the
   // display driver …), as far as the backend can tell.
   virtual absl::StatusOr<std::vector<std::string>> ListGpuHolders(int gpu) = 0;
+
+  // Health figures (GpuTelemetry); each figure the GPU does not give is absent. A GPU that fell
+  // off the bus fails with GPU_IS_LOST (as every other call on it does). The default answers
+  // UNIMPLEMENTED.
+  virtual absl::StatusOr<GpuTelemetry> GetTelemetry(int gpu);
+  // SM activity of the whole GPU (no gi) or of one GPU instance, between the previous call for the
+  // same device and this one. UNAVAILABLE on the first call for a device (one sample only);
+  // NOT_SUPPORTED without GPM (before Hopper) or for an instance on drivers without MIG GPM. The
+  // default answers UNIMPLEMENTED.
+  virtual absl::StatusOr<Activity> SampleActivity(int gpu, std::optional<int> gi = std::nullopt);
+  // Critical Xid events of every GPU since the previous call; never blocks. The first call starts
+  // listening (events before it are not seen). The default answers UNIMPLEMENTED.
+  virtual absl::StatusOr<std::vector<XidEvent>> TakeXidEvents();
 
   // Ends a GPU process (used by `apply --force` to drain an instance before destroying it). The
   // default sends SIGTERM, waits up to `grace_seconds` for the process to exit, then SIGKILL; the

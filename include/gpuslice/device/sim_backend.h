@@ -41,6 +41,9 @@ class SimBackend : public Backend {
   absl::StatusOr<MemoryInfo> GetMemory(int gpu, std::optional<int> gi,
                                        std::optional<int> ci) override;
   absl::StatusOr<std::vector<std::string>> ListGpuHolders(int gpu) override;
+  absl::StatusOr<GpuTelemetry> GetTelemetry(int gpu) override;
+  absl::StatusOr<Activity> SampleActivity(int gpu, std::optional<int> gi) override;
+  absl::StatusOr<std::vector<XidEvent>> TakeXidEvents() override;
   // Removes the simulated process (as if it exited).
   absl::Status TerminateProcess(std::uint32_t pid, int grace_seconds) override;
 
@@ -56,6 +59,9 @@ class SimBackend : public Backend {
   // Counts the call, applies faults, runs `fn`; saves the state when `mutating` and it succeeded
   // (or when fault counters moved).
   absl::Status Run(const char* call, bool mutating, const std::function<int(sim::SimMachine&)>& fn);
+  // Run for a call on one GPU: INVALID_ARGUMENT out of range, GPU_IS_LOST on a lost GPU.
+  absl::Status RunOnGpu(const char* call, int gpu, bool mutating,
+                        const std::function<int(sim::SimMachine&)>& fn);
 
   std::unique_ptr<sim::SimStore> store_;  // null: in memory
   sim::SimState memory_state_;

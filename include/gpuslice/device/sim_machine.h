@@ -57,6 +57,34 @@ struct SimProcess {
   std::int64_t used_mib = 0;
   int gi = -1;  // MIG on: the GI and CI it runs in
   int ci = -1;
+  double sm_activity_pct = 60;  // how busy it keeps the SMs of its GPU or instance (0-100)
+};
+
+// Health figures of a simulated GPU. Figures without an override are derived from the load (the
+// processes' sm_activity_pct): power, temperature, clocks, utilisation and GPM activity rise with
+// it, and an idle GPU reports the GPU-idle throttle reason. Counters only move when set.
+struct SimTelemetry {
+  std::optional<int> temperature_c;    // override
+  std::optional<double> power_w;       // override
+  std::optional<int> utilization_pct;  // override (whole GPU, MIG off)
+  std::uint64_t throttle_reasons = 0;  // reasons added to the derived ones (kThrottle* bits)
+  std::uint64_t ecc_corrected = 0;
+  std::uint64_t ecc_uncorrected = 0;
+  int remapped_rows_correctable = 0;
+  int remapped_rows_uncorrectable = 0;
+  bool remap_pending = false;
+  bool remap_failure = false;
+  // Figures this GPU does not give (NOT_SUPPORTED), besides those its model never gives:
+  // "temperature", "power", "clocks", "utilization", "throttle", "ecc", "remapped_rows", "gpm".
+  std::vector<std::string> unsupported;
+};
+
+// A critical Xid error waiting to be taken (Backend::TakeXidEvents).
+struct SimXid {
+  int gpu = 0;
+  std::uint64_t xid = 0;
+  int gi = -1;  // -1: the whole GPU
+  int ci = -1;
 };
 
 struct SimGpu {
@@ -74,6 +102,8 @@ struct SimGpu {
   std::vector<SimGi> gis;  // ordered by GI id
   std::vector<SimProcess> processes;
   std::vector<std::string> holders;  // clients that block a reset
+  SimTelemetry telemetry;
+  bool lost = false;  // fell off the bus: every query on it answers GPU_IS_LOST
 };
 
 struct FaultRule {
@@ -91,6 +121,7 @@ struct SimState {
   std::vector<FaultRule> faults;
   std::uint64_t uuid_counter = 0;
   std::uint64_t seed = 1;
+  std::vector<SimXid> xids;  // not yet taken
 };
 
 // Makes a machine from a fleet spec such as "2xH100-80GB,1xA100-40GB" or "H100,A30" (GPU models
@@ -131,6 +162,16 @@ class SimMachine {
   int RemainingGiCapacity(int gpu, int profile_id, int* count) const;
   int RemainingCiCapacity(int gpu, int gi, int ci_profile_id, int* count) const;
   int Memory(int gpu, std::optional<int> gi, std::optional<int> ci, MemoryInfo* out) const;
+  // 0 for a GPU that exists and answers; INVALID_ARGUMENT out of range; GPU_IS_LOST when lost.
+  int CheckGpu(int gpu) const;
+  // Health figures: overrides, else derived from the load; absent where the model or the
+  // GPU's `unsupported` list says so.
+  int Telemetry(int gpu, GpuTelemetry* out) const;
+  // GPM activity of the whole GPU (no gi) or of one GPU instance, as an instant figure.
+  // NOT_SUPPORTED before Hopper or when "gpm" is unsupported; NOT_FOUND for an unknown GI.
+  int SampleActivity(int gpu, std::optional<int> gi, Activity* out) const;
+  // Moves the waiting Xid events to `out`.
+  void TakeXids(std::vector<XidEvent>* out);
 
   // Simulation controls (not NVML): attach processes and holders to make GPUs "busy".
   // A process needs a CI when MIG is on (gi/ci given), and none when it is off.
@@ -138,10 +179,16 @@ class SimMachine {
   int RemoveProcess(std::uint32_t pid);
   int AddHolder(int gpu, const std::string& name);
   int RemoveHolder(int gpu, const std::string& name);
+  // Queues a critical Xid error on a GPU (gi/ci -1: the whole GPU).
+  int InjectXid(int gpu, std::uint64_t xid, int gi, int ci);
+  // The GPU falls off the bus (lost) or comes back.
+  int SetLost(int gpu, bool lost);
 
  private:
   SimGpu* MutableGpu(int index);
   SimGi* MutableGi(int gpu, int gi);
+  // How busy a GPU or one of its instances is (0-100) from its processes.
+  double Load(const SimGpu& gpu, std::optional<int> gi) const;
   std::string NewUuid(std::string_view prefix);
 
   SimState& state_;

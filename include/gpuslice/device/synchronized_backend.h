@@ -44,6 +44,9 @@ class SynchronizedBackend final : public Backend {
   absl::StatusOr<MemoryInfo> GetMemory(int gpu, std::optional<int> gi,
                                        std::optional<int> ci) override;
   absl::StatusOr<std::vector<std::string>> ListGpuHolders(int gpu) override;
+  absl::StatusOr<GpuTelemetry> GetTelemetry(int gpu) override;
+  absl::StatusOr<Activity> SampleActivity(int gpu, std::optional<int> gi) override;
+  absl::StatusOr<std::vector<XidEvent>> TakeXidEvents() override;
   absl::Status TerminateProcess(std::uint32_t pid, int grace_seconds) override;
 
  private:

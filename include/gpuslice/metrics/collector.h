@@ -20,6 +20,17 @@
 //   gpuslice_lease_idle_seconds              how long the lease's devices have had no process
 //   gpuslice_lease_vram_limit_mib            the VRAM cap of a share (issue 8's interposer)
 //   gpuslice_collect_errors                  queries that failed in this collection
+// Health, per GPU (each only where the GPU gives it):
+//   DCGM_FI_DEV_GPU_TEMP (C), DCGM_FI_DEV_POWER_USAGE and _POWER_MGMT_LIMIT (W),
+//   DCGM_FI_DEV_SM_CLOCK and _MEM_CLOCK (MHz), DCGM_FI_DEV_GPU_UTIL and _MEM_COPY_UTIL (%, MIG
+//   off), DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (bits) and gpuslice_gpu_throttled{reason} (0/1 each),
+//   DCGM_FI_DEV_ECC_SBE_VOL_TOTAL / _DBE_VOL_TOTAL, DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS /
+//   _UNCORRECTABLE_REMAPPED_ROWS / _ROW_REMAP_FAILURE, gpuslice_gpu_row_remap_pending,
+//   gpuslice_gpu_lost
+//   (dcgm-exporter declares the ECC totals as counters; they are gauges here because the
+//   exposition format wants counters to end in _total, and these names are kept for dashboards)
+// Activity, per GPU and per MIG instance, from GPM (ratios 0-1, as dcgm-exporter gives them):
+//   DCGM_FI_PROF_SM_ACTIVE, DCGM_FI_PROF_SM_OCCUPANCY, DCGM_FI_PROF_DRAM_ACTIVE
 // Families is pure; Collect only reads the backend.
 #pragma once
 
@@ -41,6 +52,8 @@ struct InstanceFigures {
   std::optional<std::int64_t> memory_total_mib;
   std::optional<int> processes;
   std::optional<std::int64_t> process_memory_mib;
+  std::vector<device::ProcessInfo> process_list;  // when `processes` is known
+  std::optional<device::Activity> activity;       // GPM, Hopper and later
 };
 
 struct GpuFigures {
@@ -52,13 +65,18 @@ struct GpuFigures {
   std::optional<std::int64_t> memory_total_mib;
   std::optional<int> processes;
   std::optional<std::int64_t> process_memory_mib;
-  std::vector<InstanceFigures> instances;  // MIG only, by GI id
+  std::vector<device::ProcessInfo> process_list;  // when `processes` is known (all instances')
+  device::GpuTelemetry telemetry;                 // each figure absent when not given
+  std::optional<device::Activity> activity;       // GPM, Hopper and later
+  bool lost = false;                              // a query answered GPU_IS_LOST
+  std::vector<InstanceFigures> instances;         // MIG only, by GI id
 };
 
 struct MachineFigures {
   std::string host;
   std::vector<GpuFigures> gpus;
-  std::vector<std::string> errors;  // one line per query that failed
+  std::vector<device::XidEvent> xids;  // critical Xid events since the previous collection
+  std::vector<std::string> errors;     // one line per query that failed
 };
 
 // Reads the machine's figures through `backend`. Never fails as a whole: a GPU list that cannot
@@ -73,7 +91,11 @@ struct Holder {
   std::string class_name;
   std::optional<std::int64_t> idle_s;  // absent when not known
   std::int64_t vram_limit_mib = 0;     // shares only; 0 = none
+  std::int64_t idle_threshold_s = 0;   // the class's idle timeout; 0 = none (no idle alert)
 };
+
+// The throttle reason bits and their label values ("sw_thermal", ...), in bit order.
+const std::vector<std::pair<std::uint64_t, std::string>>& ThrottleReasonNames();
 
 // The families of one machine and the leases held there.
 std::vector<Family> Families(const MachineFigures& machine, const std::vector<Holder>& holders);
