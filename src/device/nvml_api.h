@@ -7,7 +7,8 @@
 //
 // Two users:
 //   * NvmlBackend (nvml_backend.cc) resolves every function of GPUSLICE_NVML_FUNCTIONS with dlsym
-//     into an nvml::Api table, plus the optional ones declared after that list;
+//     into an nvml::Api table, plus the optional ones declared after that list (among them
+//     GPUSLICE_NVML_HEALTH_FUNCTIONS, for the health figures);
 //   * the test NVML library (fake_nvml/fake_nvml.cc) defines the same functions with C linkage and
 //     static_asserts that each definition has exactly the type declared here, so the backend and
 //     the library cannot drift apart.
@@ -278,6 +279,132 @@ static_assert(sizeof(nvmlComputeInstanceInfo_t) == 32 &&
 GPUSLICE_NVML_FUNCTIONS(GPUSLICE_NVML_FN_TYPE)
 #undef GPUSLICE_NVML_FN_TYPE
 
+// ------------------------------------------------------------------------------- health figures
+// What NvmlBackend::GetTelemetry, SampleActivity and TakeXidEvents use. Enum-typed parameters
+// (nvmlTemperatureSensors_t, nvmlClockType_t, nvmlMemoryErrorType_t, nvmlEccCounterType_t) are C
+// enums with small non-negative values, passed as unsigned like the other enums here.
+
+// nvmlTemperatureSensors_t: the GPU die.
+inline constexpr unsigned kTemperatureGpu = 0;  // NVML_TEMPERATURE_GPU
+// nvmlClockType_t (NVML_CLOCK_GRAPHICS 0, _SM 1, _MEM 2, _VIDEO 3).
+inline constexpr unsigned kClockGraphics = 0;
+inline constexpr unsigned kClockSm = 1;
+inline constexpr unsigned kClockMem = 2;
+inline constexpr unsigned kClockVideo = 3;
+// nvmlMemoryErrorType_t and nvmlEccCounterType_t.
+inline constexpr unsigned kMemoryErrorTypeCorrected = 0;    // NVML_MEMORY_ERROR_TYPE_CORRECTED
+inline constexpr unsigned kMemoryErrorTypeUncorrected = 1;  // NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+inline constexpr unsigned kVolatileEcc = 0;                 // NVML_VOLATILE_ECC (since driver load)
+inline constexpr unsigned kAggregateEcc = 1;                // NVML_AGGREGATE_ECC (device lifetime)
+// nvmlEventType* bits.
+inline constexpr unsigned long long kEventTypeXidCriticalError = 0x8ULL;
+
+// nvmlUtilization_t: percent of the last sample period.
+struct nvmlUtilization_t {
+  unsigned gpu;     // a kernel was running
+  unsigned memory;  // device memory was read or written
+};
+
+// An event set (nvmlEventSetCreate) and one event taken from it (nvmlEventSetWait_v2).
+struct nvmlEventSet_st;
+using nvmlEventSet_t = nvmlEventSet_st*;
+struct nvmlEventData_t {
+  nvmlDevice_t device;           // the GPU (not a MIG device) the event concerns
+  unsigned long long eventType;  // one nvmlEventType* bit
+  unsigned long long eventData;  // for Xid events the Xid (999: unknown)
+  unsigned gpuInstanceId;        // kInvalidInstanceId when not attributable to a GI
+  unsigned computeInstanceId;    // likewise for a CI
+};
+
+// GPM (GPU performance monitoring, Hopper and later). A sample is an opaque handle from
+// nvmlGpmSampleAlloc; metrics are computed between two samples of the same device. (nvml.h wraps
+// the pointer in a one-member struct, which has the same size and is passed the same way.)
+struct nvmlGpmSample_st;
+using nvmlGpmSample_t = nvmlGpmSample_st*;
+// nvmlGpmMetricId_t values used here: percentages 0-100 over the interval.
+inline constexpr unsigned kGpmMetricSmUtil = 2;       // NVML_GPM_METRIC_SM_UTIL
+inline constexpr unsigned kGpmMetricSmOccupancy = 3;  // NVML_GPM_METRIC_SM_OCCUPANCY
+inline constexpr unsigned kGpmMetricDramBwUtil = 10;  // NVML_GPM_METRIC_DRAM_BW_UTIL
+// Entries of nvmlGpmMetricsGet_t.metrics. NVML_GPM_METRIC_MAX has grown between releases (98, 210,
+// 333) without a new struct version; the driver reads and writes only the first numMetrics.
+inline constexpr unsigned kGpmMetricMax = 210;
+inline constexpr unsigned kGpmMetricsGetVersion = 1;  // NVML_GPM_METRICS_GET_VERSION
+inline constexpr unsigned kGpmSupportVersion = 1;     // NVML_GPM_SUPPORT_VERSION
+
+struct nvmlGpmMetric_t {
+  unsigned metricId;        // in
+  nvmlReturn_t nvmlReturn;  // out: this metric's status; `value` is valid only on success
+  double value;             // out
+  struct {
+    char* shortName;  // out, may be null
+    char* longName;
+    char* unit;
+  } metricInfo;
+};
+
+struct nvmlGpmMetricsGet_t {
+  unsigned version;  // kGpmMetricsGetVersion
+  unsigned numMetrics;
+  nvmlGpmSample_t sample1;  // the earlier sample
+  nvmlGpmSample_t sample2;  // the later one
+  nvmlGpmMetric_t metrics[kGpmMetricMax];
+};
+
+struct nvmlGpmSupport_t {
+  unsigned version;            // kGpmSupportVersion
+  unsigned isSupportedDevice;  // out
+};
+
+static_assert(sizeof(nvmlUtilization_t) == 8);
+static_assert(sizeof(nvmlEventData_t) == 32 && offsetof(nvmlEventData_t, eventData) == 16 &&
+              offsetof(nvmlEventData_t, gpuInstanceId) == 24 &&
+              offsetof(nvmlEventData_t, computeInstanceId) == 28);
+static_assert(sizeof(nvmlGpmMetric_t) == 40 && offsetof(nvmlGpmMetric_t, value) == 8 &&
+              offsetof(nvmlGpmMetric_t, metricInfo) == 16);
+static_assert(offsetof(nvmlGpmMetricsGet_t, sample1) == 8 &&
+              offsetof(nvmlGpmMetricsGet_t, metrics) == 24 &&
+              sizeof(nvmlGpmMetricsGet_t) == 24 + 40 * kGpmMetricMax);
+static_assert(sizeof(nvmlGpmSupport_t) == 8);
+
+// Optional functions for the health figures, resolved when the library has them: a figure whose
+// function is missing (older driver) is absent, like one the GPU answers NOT_SUPPORTED.
+// nvmlDeviceGetCurrentClocksEventReasons is the newer name of
+// nvmlDeviceGetCurrentClocksThrottleReasons (same bits); the backend uses whichever exists.
+#define GPUSLICE_NVML_HEALTH_FUNCTIONS(X)                                                         \
+  X(nvmlReturn_t, nvmlDeviceGetTemperature,                                                       \
+    (nvmlDevice_t device, unsigned sensor, unsigned* celsius))                                    \
+  X(nvmlReturn_t, nvmlDeviceGetPowerUsage, (nvmlDevice_t device, unsigned* milliwatts))           \
+  X(nvmlReturn_t, nvmlDeviceGetEnforcedPowerLimit, (nvmlDevice_t device, unsigned* milliwatts))   \
+  X(nvmlReturn_t, nvmlDeviceGetClockInfo, (nvmlDevice_t device, unsigned type, unsigned* mhz))    \
+  X(nvmlReturn_t, nvmlDeviceGetUtilizationRates,                                                  \
+    (nvmlDevice_t device, nvmlUtilization_t * utilization))                                       \
+  X(nvmlReturn_t, nvmlDeviceGetCurrentClocksEventReasons,                                         \
+    (nvmlDevice_t device, unsigned long long* reasons))                                           \
+  X(nvmlReturn_t, nvmlDeviceGetCurrentClocksThrottleReasons,                                      \
+    (nvmlDevice_t device, unsigned long long* reasons))                                           \
+  X(nvmlReturn_t, nvmlDeviceGetTotalEccErrors,                                                    \
+    (nvmlDevice_t device, unsigned error_type, unsigned counter_type, unsigned long long* count)) \
+  X(nvmlReturn_t, nvmlDeviceGetRemappedRows,                                                      \
+    (nvmlDevice_t device, unsigned* correctable, unsigned* uncorrectable, unsigned* pending,      \
+     unsigned* failure))                                                                          \
+  X(nvmlReturn_t, nvmlEventSetCreate, (nvmlEventSet_t * set))                                     \
+  X(nvmlReturn_t, nvmlDeviceRegisterEvents,                                                       \
+    (nvmlDevice_t device, unsigned long long event_types, nvmlEventSet_t set))                    \
+  X(nvmlReturn_t, nvmlEventSetWait_v2,                                                            \
+    (nvmlEventSet_t set, nvmlEventData_t * data, unsigned timeout_ms))                            \
+  X(nvmlReturn_t, nvmlEventSetFree, (nvmlEventSet_t set))                                         \
+  X(nvmlReturn_t, nvmlGpmQueryDeviceSupport, (nvmlDevice_t device, nvmlGpmSupport_t * support))   \
+  X(nvmlReturn_t, nvmlGpmSampleAlloc, (nvmlGpmSample_t * sample))                                 \
+  X(nvmlReturn_t, nvmlGpmSampleFree, (nvmlGpmSample_t sample))                                    \
+  X(nvmlReturn_t, nvmlGpmSampleGet, (nvmlDevice_t device, nvmlGpmSample_t sample))                \
+  X(nvmlReturn_t, nvmlGpmMigSampleGet,                                                            \
+    (nvmlDevice_t device, unsigned gpu_instance_id, nvmlGpmSample_t sample))                      \
+  X(nvmlReturn_t, nvmlGpmMetricsGet, (nvmlGpmMetricsGet_t * metrics))
+
+#define GPUSLICE_NVML_FN_TYPE(ret, name, params) using name##_fn = ret(*) params;
+GPUSLICE_NVML_HEALTH_FUNCTIONS(GPUSLICE_NVML_FN_TYPE)
+#undef GPUSLICE_NVML_FN_TYPE
+
 // Optional: resolved when the library has it (drivers since R470 or so; older ones only have the
 // v1 nvmlDeviceGetGpuInstanceProfileInfo). `info->version` selects v2 or v3 (the v3 struct is
 // passed through the same pointer type); an unknown version is ARGUMENT_VERSION_MISMATCH.
@@ -305,6 +432,10 @@ struct Api {
       nullptr;                                                             // optional
   gpusliceTestResetGpu_fn gpusliceTestResetGpu = nullptr;                  // optional
   gpusliceTestTerminateProcess_fn gpusliceTestTerminateProcess = nullptr;  // optional
+  // Optional (GPUSLICE_NVML_HEALTH_FUNCTIONS): null when the library lacks them.
+#define GPUSLICE_NVML_FN_MEMBER(ret, name, params) name##_fn name = nullptr;
+  GPUSLICE_NVML_HEALTH_FUNCTIONS(GPUSLICE_NVML_FN_MEMBER)
+#undef GPUSLICE_NVML_FN_MEMBER
 };
 
 }  // namespace gpuslice::device::nvml

@@ -463,11 +463,16 @@ bool Unsupported(const SimGpu& gpu, std::string_view figure) {
 // listed). Longer ids come before their prefixes ("H200" before "H20", "L40S" before "L4").
 double PowerLimitW(const std::string& model_id) {
   static const std::pair<const char*, double> kLimits[] = {
-      {"A100-40GB", 400}, {"A100-80GB", 400},    {"A30", 165},   {"H100-80GB", 700},
-      {"H100-NVL", 400},  {"H100-96GB", 700},    {"H200", 700},  {"H20", 500},
-      {"B200", 1000},     {"B300", 1100},        {"GH200", 900}, {"GB200", 1200},
-      {"GB300", 1400},    {"RTX-PRO-6000", 600}, {"L4", 72},     {"T4", 70},
-      {"L40S", 350},      {"L40", 300},          {"A10", 150}};
+      {"A100-40GB", 400}, {"A100-80GB", 400},
+      {"A30", 165},       {"H100-80GB", 700},
+      {"H100-NVL", 400},  {"H100-96GB", 700},
+      {"H200", 700},      {"H20", 500},
+      {"B200", 1000},     {"B300", 1100},
+      {"GH200", 900},     {"GB200", 1200},
+      {"GB300", 1400},    {"RTX-PRO-6000", 600},
+      {"L40S", 350},      {"L40", 300},
+      {"L4", 72},         {"T4", 70},
+      {"A10", 150}};
   for (const auto& [prefix, watts] : kLimits) {
     if (model_id.rfind(prefix, 0) == 0) return watts;
   }

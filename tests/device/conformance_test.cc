@@ -5,10 +5,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "gpuslice/device/nvml_codes.h"
 #include "gpuslice/device/sim_backend.h"
@@ -101,10 +104,39 @@ class ConformanceTest : public testing::TestWithParam<Kind> {
     ASSERT_EQ(code, 0);
   }
 
-  void AddProcess(int gpu, std::uint32_t pid, int gi, int ci, std::int64_t mib = 1024) {
+  void AddProcess(int gpu, std::uint32_t pid, int gi, int ci, std::int64_t mib = 1024,
+                  double sm_activity_pct = 60) {
     Control([&](SimState&, SimMachine& machine) {
-      return machine.AddProcess(gpu, {pid, "python", mib, gi, ci});
+      return machine.AddProcess(gpu, {pid, "python", mib, gi, ci, sm_activity_pct});
     });
+  }
+
+  GpuTelemetry Telemetry(int gpu) {
+    absl::StatusOr<GpuTelemetry> telemetry = backend_->GetTelemetry(gpu);
+    EXPECT_TRUE(telemetry.ok()) << telemetry.status();
+    return telemetry.ok() ? *telemetry : GpuTelemetry{};
+  }
+
+  // SM activity as each backend documents it: the simulator gives an instant figure
+  // (interval_s 0) at once; NVML answers UNAVAILABLE to its first call for a device (one GPM
+  // sample only) and the activity between two samples from the second call on.
+  absl::StatusOr<Activity> FirstActivity(int gpu, std::optional<int> gi) {
+    absl::StatusOr<Activity> first = backend_->SampleActivity(gpu, gi);
+    if (GetParam() != Kind::kNvml) {
+      if (first.ok()) {
+        EXPECT_EQ(first->interval_s, 0);
+      }
+      return first;
+    }
+    if (!absl::IsUnavailable(first.status())) {
+      ADD_FAILURE() << "NVML's first GPM sample should be UNAVAILABLE: " << first.status();
+      return first;
+    }
+    absl::StatusOr<Activity> second = backend_->SampleActivity(gpu, gi);
+    if (second.ok()) {
+      EXPECT_GT(second->interval_s, 0);
+    }
+    return second;
   }
 
   void EnableMig(int gpu) {
@@ -397,6 +429,230 @@ TEST_P(ConformanceTest, StatePersistsAcrossBackends) {
   EXPECT_EQ((*gis)[0].profile_id, 15);
   EXPECT_EQ((*gis)[0].start, 6);
   EXPECT_EQ((*gis)[0].id, 6);
+}
+
+// ---------------------------------------------------------------------------- health figures
+
+TEST_P(ConformanceTest, TelemetryFollowsTheLoad) {
+  // H100 (GPU 1), MIG off, nothing running: every figure is there, and the GPU is idle.
+  const GpuTelemetry idle = Telemetry(1);
+  ASSERT_TRUE(idle.temperature_c && idle.power_w && idle.power_limit_w && idle.sm_clock_mhz &&
+              idle.memory_clock_mhz && idle.utilization_pct && idle.memory_utilization_pct &&
+              idle.throttle_reasons && idle.ecc_corrected && idle.ecc_uncorrected &&
+              idle.remapped_rows_correctable && idle.remapped_rows_uncorrectable &&
+              idle.remap_pending && idle.remap_failure);
+  EXPECT_EQ(*idle.utilization_pct, 0);
+  EXPECT_EQ(*idle.throttle_reasons & kThrottleGpuIdle, kThrottleGpuIdle);
+  EXPECT_DOUBLE_EQ(*idle.power_limit_w, 700);
+  EXPECT_GT(*idle.power_w, 0);
+  EXPECT_LT(*idle.power_w, *idle.power_limit_w);
+  EXPECT_EQ(*idle.ecc_corrected, 0u);
+  EXPECT_EQ(*idle.remapped_rows_uncorrectable, 0);
+  EXPECT_FALSE(*idle.remap_pending);
+
+  AddProcess(1, 5151, -1, -1, 4096, 60);
+  const GpuTelemetry busy = Telemetry(1);
+  ASSERT_TRUE(busy.temperature_c && busy.power_w && busy.sm_clock_mhz && busy.utilization_pct &&
+              busy.throttle_reasons);
+  EXPECT_EQ(*busy.utilization_pct, 60);
+  EXPECT_GT(*busy.power_w, *idle.power_w);
+  EXPECT_LE(*busy.power_w, 700);
+  EXPECT_GT(*busy.temperature_c, *idle.temperature_c);
+  EXPECT_GT(*busy.sm_clock_mhz, *idle.sm_clock_mhz);
+  EXPECT_EQ(*busy.memory_clock_mhz, *idle.memory_clock_mhz);
+  EXPECT_GT(*busy.memory_utilization_pct, 0);
+  EXPECT_EQ(*busy.throttle_reasons & kThrottleGpuIdle, 0u);
+  // A second process adds to the load.
+  AddProcess(1, 5152, -1, -1, 4096, 30);
+  EXPECT_EQ(Telemetry(1).utilization_pct, 90);
+}
+
+TEST_P(ConformanceTest, TelemetryOverridesFromTheState) {
+  Control([](SimState& state, SimMachine&) {
+    sim::SimTelemetry& t = state.gpus[0].telemetry;  // A100-40GB
+    t.temperature_c = 91;
+    t.power_w = 350.5;
+    t.utilization_pct = 97;
+    t.throttle_reasons = kThrottleHwThermal | kThrottleSwPowerCap;
+    t.ecc_corrected = 12;
+    t.ecc_uncorrected = 1;
+    t.remapped_rows_correctable = 3;
+    t.remapped_rows_uncorrectable = 1;
+    t.remap_pending = true;
+    return 0;
+  });
+  const GpuTelemetry t = Telemetry(0);
+  EXPECT_EQ(t.temperature_c, 91);
+  ASSERT_TRUE(t.power_w && t.power_limit_w);
+  EXPECT_DOUBLE_EQ(*t.power_w, 350.5);  // NVML: 350500 mW
+  EXPECT_DOUBLE_EQ(*t.power_limit_w, 400);
+  EXPECT_EQ(t.utilization_pct, 97);
+  EXPECT_EQ(t.memory_utilization_pct, 58);
+  // The set reasons, plus idle: nothing runs.
+  EXPECT_EQ(t.throttle_reasons, kThrottleHwThermal | kThrottleSwPowerCap | kThrottleGpuIdle);
+  EXPECT_EQ(t.ecc_corrected, 12u);
+  EXPECT_EQ(t.ecc_uncorrected, 1u);
+  EXPECT_EQ(t.remapped_rows_correctable, 3);
+  EXPECT_EQ(t.remapped_rows_uncorrectable, 1);
+  EXPECT_EQ(t.remap_pending, true);
+  EXPECT_EQ(t.remap_failure, false);
+}
+
+TEST_P(ConformanceTest, UnsupportedFiguresAreAbsent) {
+  Control([](SimState& state, SimMachine&) {
+    state.gpus[1].telemetry.unsupported = {"temperature", "power",         "clocks", "utilization",
+                                           "throttle",    "remapped_rows", "ecc"};
+    state.gpus[1].telemetry.ecc_corrected = 5;  // not given even when set
+    return 0;
+  });
+  const GpuTelemetry none = Telemetry(1);
+  EXPECT_FALSE(none.temperature_c);
+  EXPECT_FALSE(none.power_w);
+  EXPECT_FALSE(none.power_limit_w);
+  EXPECT_FALSE(none.sm_clock_mhz);
+  EXPECT_FALSE(none.memory_clock_mhz);
+  EXPECT_FALSE(none.utilization_pct);
+  EXPECT_FALSE(none.memory_utilization_pct);
+  EXPECT_FALSE(none.throttle_reasons);
+  EXPECT_FALSE(none.ecc_corrected);
+  EXPECT_FALSE(none.ecc_uncorrected);
+  EXPECT_FALSE(none.remapped_rows_correctable);
+  EXPECT_FALSE(none.remap_pending);
+  // L4 (GPU 2): ECC memory, but no row remapping (before the MIG-capable boards).
+  const GpuTelemetry l4 = Telemetry(2);
+  EXPECT_TRUE(l4.ecc_corrected);
+  EXPECT_TRUE(l4.temperature_c);
+  EXPECT_FALSE(l4.remapped_rows_correctable);
+  EXPECT_FALSE(l4.remapped_rows_uncorrectable);
+  EXPECT_FALSE(l4.remap_pending);
+  EXPECT_FALSE(l4.remap_failure);
+  ASSERT_TRUE(l4.power_limit_w);
+  EXPECT_DOUBLE_EQ(*l4.power_limit_w, 72);
+}
+
+TEST_P(ConformanceTest, NoUtilizationRatesWithMigOn) {
+  EnableMig(0);
+  const GpuTelemetry t = Telemetry(0);
+  EXPECT_FALSE(t.utilization_pct);
+  EXPECT_FALSE(t.memory_utilization_pct);
+  EXPECT_TRUE(t.temperature_c);
+  EXPECT_TRUE(t.power_w);
+  EXPECT_TRUE(t.throttle_reasons);
+}
+
+TEST_P(ConformanceTest, LostGpuAnswersGpuIsLost) {
+  Control([](SimState&, SimMachine& machine) { return machine.SetLost(1, true); });
+  EXPECT_TRUE(HasNvmlCode(backend_->GetTelemetry(1).status(), kNvmlGpuIsLost));
+  EXPECT_TRUE(HasNvmlCode(backend_->GetMemory(1).status(), kNvmlGpuIsLost));
+  EXPECT_TRUE(HasNvmlCode(backend_->SampleActivity(1).status(), kNvmlGpuIsLost));
+  EXPECT_TRUE(HasNvmlCode(backend_->ListProcesses(1).status(), kNvmlGpuIsLost));
+  // The machine's other GPUs stay visible and answer.
+  absl::StatusOr<std::vector<GpuInfo>> gpus = backend_->ListGpus();
+  ASSERT_TRUE(gpus.ok()) << gpus.status();
+  ASSERT_EQ(gpus->size(), 4u);
+  EXPECT_EQ((*gpus)[1].index, 1);
+  EXPECT_EQ((*gpus)[2].name, "NVIDIA L4");
+  EXPECT_TRUE(backend_->GetTelemetry(0).ok());
+  EXPECT_TRUE(backend_->GetMemory(2).ok());
+  // Back on the bus.
+  Control([](SimState&, SimMachine& machine) { return machine.SetLost(1, false); });
+  EXPECT_TRUE(backend_->GetTelemetry(1).ok());
+  EXPECT_TRUE(backend_->GetMemory(1).ok());
+}
+
+TEST_P(ConformanceTest, XidEventsAreTakenOnceWithTheirInstance) {
+  // The first call starts listening (NVML registers the GPUs); nothing has happened yet.
+  absl::StatusOr<std::vector<XidEvent>> none = backend_->TakeXidEvents();
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  EnableMig(1);
+  absl::StatusOr<GpuInstanceInfo> gi = backend_->CreateGpuInstance(1, 9, 4);
+  ASSERT_TRUE(gi.ok()) << gi.status();
+  absl::StatusOr<ComputeInstanceInfo> ci =
+      backend_->CreateComputeInstance(1, gi->id, 2, std::nullopt);
+  ASSERT_TRUE(ci.ok()) << ci.status();
+  Control([&](SimState&, SimMachine& machine) {
+    const int code = machine.InjectXid(1, 43, gi->id, ci->id);
+    return code != 0 ? code : machine.InjectXid(2, 79, -1, -1);
+  });
+  absl::StatusOr<std::vector<XidEvent>> events = backend_->TakeXidEvents();
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 2u);
+  std::vector<XidEvent> sorted = *events;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const XidEvent& a, const XidEvent& b) { return a.gpu < b.gpu; });
+  EXPECT_EQ(sorted[0].gpu, 1);
+  EXPECT_EQ(sorted[0].xid, 43u);
+  EXPECT_EQ(sorted[0].gi, gi->id);
+  EXPECT_EQ(sorted[0].ci, ci->id);
+  EXPECT_EQ(sorted[1].gpu, 2);
+  EXPECT_EQ(sorted[1].xid, 79u);
+  EXPECT_FALSE(sorted[1].gi);
+  EXPECT_FALSE(sorted[1].ci);
+  // Taken once.
+  absl::StatusOr<std::vector<XidEvent>> again = backend_->TakeXidEvents();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->empty());
+}
+
+TEST_P(ConformanceTest, GpmActivityOfAHopperGpuAndOfAMigInstance) {
+  // H100 (GPU 1): a 3g instance (3 of 7 compute slices) whose process keeps 80% of its SMs busy.
+  EnableMig(1);
+  absl::StatusOr<GpuInstanceInfo> gi = backend_->CreateGpuInstance(1, 9, 0);
+  ASSERT_TRUE(gi.ok()) << gi.status();
+  absl::StatusOr<ComputeInstanceInfo> ci =
+      backend_->CreateComputeInstance(1, gi->id, 2, std::nullopt);
+  ASSERT_TRUE(ci.ok()) << ci.status();
+  AddProcess(1, 6161, gi->id, ci->id, 1024, 80);
+
+  absl::StatusOr<Activity> instance = FirstActivity(1, gi->id);
+  ASSERT_TRUE(instance.ok()) << instance.status();
+  EXPECT_NEAR(instance->sm_active_pct, 80, 0.05);
+  EXPECT_NEAR(instance->sm_occupancy_pct, 48, 0.05);
+  EXPECT_NEAR(instance->dram_bandwidth_pct, 32, 0.05);
+  // The whole GPU: the instance's load weighted by its share of the compute slices.
+  absl::StatusOr<Activity> whole = FirstActivity(1, std::nullopt);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_NEAR(whole->sm_active_pct, 80.0 * 3 / 7, 0.05);
+  EXPECT_NEAR(whole->sm_occupancy_pct, 80.0 * 3 / 7 * 0.6, 0.1);
+
+  // The process ends: the next sample (for NVML, the interval since the previous one) is idle.
+  Control([](SimState&, SimMachine& machine) { return machine.RemoveProcess(6161); });
+  absl::StatusOr<Activity> idle = backend_->SampleActivity(1, gi->id);
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  EXPECT_EQ(idle->sm_active_pct, 0);
+  if (GetParam() == Kind::kNvml) {
+    EXPECT_GT(idle->interval_s, 0);
+  }
+  // An instance that does not exist.
+  EXPECT_TRUE(HasNvmlCode(backend_->SampleActivity(1, 13).status(), kNvmlNotFound));
+}
+
+TEST_P(ConformanceTest, GpmActivityOfAWholeHopperGpuWithoutMig) {
+  AddProcess(1, 7171, -1, -1, 1024, 45);
+  absl::StatusOr<Activity> activity = FirstActivity(1, std::nullopt);
+  ASSERT_TRUE(activity.ok()) << activity.status();
+  EXPECT_NEAR(activity->sm_active_pct, 45, 0.05);
+  // No instances while MIG is off.
+  EXPECT_TRUE(HasNvmlCode(backend_->SampleActivity(1, 1).status(), kNvmlNotSupported));
+}
+
+TEST_P(ConformanceTest, NoGpmBeforeHopper) {
+  // A100 (Ampere), asked twice: never UNAVAILABLE, always NOT_SUPPORTED.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    absl::StatusOr<Activity> activity = backend_->SampleActivity(0);
+    EXPECT_TRUE(HasNvmlCode(activity.status(), kNvmlNotSupported)) << activity.status();
+  }
+  EnableMig(0);
+  absl::StatusOr<GpuInstanceInfo> gi = backend_->CreateGpuInstance(0, 9, std::nullopt);
+  ASSERT_TRUE(gi.ok());
+  EXPECT_TRUE(HasNvmlCode(backend_->SampleActivity(0, gi->id).status(), kNvmlNotSupported));
+  // A Hopper GPU whose driver gives no GPM.
+  Control([](SimState& state, SimMachine&) {
+    state.gpus[1].telemetry.unsupported = {"gpm"};
+    return 0;
+  });
+  EXPECT_TRUE(HasNvmlCode(backend_->SampleActivity(1).status(), kNvmlNotSupported));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ConformanceTest,

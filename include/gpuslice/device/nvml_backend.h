@@ -16,16 +16,35 @@
 //   * ResetGpu uses the test library's `gpusliceTestResetGpu` when the loaded library exports it,
 //     else runs `nvidia-smi --gpu-reset -i N` (NVML has no public reset); likewise
 //     TerminateProcess uses `gpusliceTestTerminateProcess` on the test library;
+//   * health figures (GetTelemetry) come from optional functions: a figure whose function the
+//     library lacks, or that the GPU answers NOT_SUPPORTED (or any error but GPU_IS_LOST), is
+//     absent; GPU_IS_LOST fails the call. Throttle reasons come from
+//     nvmlDeviceGetCurrentClocksEventReasons, else the older ...ClocksThrottleReasons;
+//   * SampleActivity keeps the previous GPM sample of each (GPU, GI) with its time: the first call
+//     for a device takes one and answers UNAVAILABLE; each later call computes SM_UTIL,
+//     SM_OCCUPANCY and DRAM_BW_UTIL between the kept sample and a new one, which replaces it.
+//     GPM support is asked once per GPU (NOT_SUPPORTED before Hopper); MIG instances are sampled
+//     with nvmlGpmMigSampleGet;
+//   * TakeXidEvents creates an event set on its first call and registers every GPU for Xid
+//     critical errors (GPUs that answer NOT_SUPPORTED or GPU_IS_LOST are left out); every call
+//     drains the set without waiting;
+//   * ListGpus lists a GPU that fell off the bus (GPU_IS_LOST) with what could still be read, so
+//     that the other GPUs stay visible; every call on that GPU then fails with GPU_IS_LOST;
 //   * ListGpuHolders cannot ask NVML: it scans /proc/*/comm for nvidia-persistenced,
 //     nv-hostengine, dcgm*, nvsm* and nv-fabricmanager, and reports the nvidia_drm module when
 //     /sys/module/nvidia_drm exists. These are machine-wide, not per GPU.
 //
-// The library is initialised (nvmlInit_v2) by Load and shut down (nvmlShutdown) by the destructor.
+// The library is initialised (nvmlInit_v2) by Load and shut down (nvmlShutdown) by the destructor,
+// after it freed the GPM samples and the event set.
 // Not thread-safe (like every Backend); NVML itself is, so several NvmlBackends may coexist.
 #pragma once
 
+#include <chrono>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gpuslice/device/backend.h"
 #include "gpuslice/hw/catalog.h"
@@ -34,6 +53,9 @@ namespace gpuslice::device {
 
 namespace nvml {
 struct Api;
+struct nvmlDevice_st;
+struct nvmlEventSet_st;
+struct nvmlGpmSample_st;
 }  // namespace nvml
 
 class NvmlBackend : public Backend {
@@ -70,6 +92,9 @@ class NvmlBackend : public Backend {
   absl::StatusOr<MemoryInfo> GetMemory(int gpu, std::optional<int> gi,
                                        std::optional<int> ci) override;
   absl::StatusOr<std::vector<std::string>> ListGpuHolders(int gpu) override;
+  absl::StatusOr<GpuTelemetry> GetTelemetry(int gpu) override;
+  absl::StatusOr<Activity> SampleActivity(int gpu, std::optional<int> gi) override;
+  absl::StatusOr<std::vector<XidEvent>> TakeXidEvents() override;
   // On the real driver: Backend's default (SIGTERM, then SIGKILL). On the test NVML library, whose
   // processes are simulated, its gpusliceTestTerminateProcess hook; never a real signal there.
   absl::Status TerminateProcess(std::uint32_t pid, int grace_seconds) override;
@@ -84,6 +109,12 @@ class NvmlBackend : public Backend {
   NvmlBackend(const hw::Catalog& catalog, std::string library, void* handle,
               std::unique_ptr<nvml::Api> api);
 
+  // The GPM sample a device's previous SampleActivity took, and when.
+  struct GpmSample {
+    nvml::nvmlGpmSample_st* sample = nullptr;
+    std::chrono::steady_clock::time_point taken;
+  };
+
   const hw::Catalog& catalog_;
   std::string library_;
   void* handle_ = nullptr;  // from dlopen
@@ -92,6 +123,10 @@ class NvmlBackend : public Backend {
   std::string driver_version_;  // cached for Describe()
   std::string proc_root_ = "/proc";
   std::string sys_module_root_ = "/sys/module";
+  std::map<int, bool> gpm_supported_;  // by GPU: nvmlGpmQueryDeviceSupport's answer
+  std::map<std::pair<int, int>, GpmSample> gpm_samples_;  // by (GPU, GI id or -1)
+  nvml::nvmlEventSet_st* event_set_ = nullptr;  // Xid events, from the first TakeXidEvents
+  std::vector<std::pair<nvml::nvmlDevice_st*, int>> event_gpus_;  // handle -> index
 };
 
 }  // namespace gpuslice::device

@@ -1,10 +1,10 @@
 // The test NVML library: libnvidia-ml.so.1 for machines without a GPU.
 //
 // It exports (C linkage, default visibility) exactly the NVML functions NvmlBackend uses
-// (GPUSLICE_NVML_FUNCTIONS in src/device/nvml_api.h, checked at compile time), nvmlErrorString,
-// the optional nvmlDeviceGetGpuInstanceProfileInfoV (v2 and v3 structs;
-// GPUSLICE_FAKE_NVML_MAX_PROFILE_INFO_VERSION=1|2 makes it act like an older driver), and two test
-// hooks: `gpusliceTestResetGpu` (the reset NVML does not have) and
+// (GPUSLICE_NVML_FUNCTIONS and GPUSLICE_NVML_HEALTH_FUNCTIONS in src/device/nvml_api.h, checked at
+// compile time), nvmlErrorString, the optional nvmlDeviceGetGpuInstanceProfileInfoV (v2 and v3
+// structs; GPUSLICE_FAKE_NVML_MAX_PROFILE_INFO_VERSION=1|2 makes it act like an older driver), and
+// two test hooks: `gpusliceTestResetGpu` (the reset NVML does not have) and
 // `gpusliceTestTerminateProcess` (ends a simulated process, which no real signal could). Everything
 // else in the library is hidden. The machine it drives is a simulator state file
 // (gpuslice/device/sim_store.h) named by $GPUSLICE_SIM when nvmlInit_v2 runs; every call locks that
@@ -20,9 +20,24 @@
 //   * nvmlDeviceGetMigMode is NOT_SUPPORTED on GPUs without MIG;
 //   * processes carry gpuInstanceId / computeInstanceId 0xFFFFFFFF when MIG is off;
 //   * handles (GPUs, MIG devices, GIs, CIs) are pointers into stable storage; a handle of an
-//     instance that was destroyed (or of an earlier nvmlInit_v2) is INVALID_ARGUMENT.
+//     instance that was destroyed (or of an earlier nvmlInit_v2) is INVALID_ARGUMENT;
+//   * a lost GPU (SimGpu::lost) still gives its handle, but every query on it answers GPU_IS_LOST;
+//   * health figures are SimMachine::Telemetry's, in NVML's units (power in mW); a figure the
+//     simulator leaves absent is NOT_SUPPORTED (utilisation rates while MIG is on, ECC on GeForce,
+//     remapped rows before Ampere, what the GPU's telemetry lists as unsupported); ECC counts are
+//     volatile only;
+//   * Xid critical errors are the state's waiting Xids (`gpuslice sim xid`): registering a GPU in
+//     an event set drops those already waiting for it (events come after registration), and
+//     nvmlEventSetWait_v2 moves the Xids waiting for the set's GPUs out of the state and hands them
+//     out one per call, answering TIMEOUT at once when none waits (it never blocks); gi/ci are
+//     0xFFFFFFFF when not given;
+//   * GPM samples are allocated structs holding the simulator's instant activity
+//     (SimMachine::SampleActivity) of the GPU or GI at nvmlGpmSampleGet / nvmlGpmMigSampleGet
+//     time; nvmlGpmMetricsGet gives sample2's figures for SM_UTIL, SM_OCCUPANCY and DRAM_BW_UTIL
+//     (other metrics NOT_SUPPORTED) and needs two samples of the same device.
 // Where the driver's code for an odd case is unknown, the simulator's is used, so NvmlBackend over
 // this library behaves like SimBackend.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -91,6 +106,21 @@ struct Handle {
   std::string ci_uuid;
 };
 
+// A GPM sample: the simulator's instant activity of a GPU or GPU instance when it was taken.
+struct GpmSample {
+  bool taken = false;
+  int gpu = -1;
+  int gi = -1;  // -1: the whole GPU
+  Activity activity;
+};
+
+// An event set: the GPUs registered for Xid events, and the events already moved out of the
+// simulator state for it.
+struct EventSet {
+  std::set<int> gpus;
+  std::deque<sim::SimXid> pending;
+};
+
 struct Library {
   std::mutex mutex;
   int init_count = 0;
@@ -103,6 +133,10 @@ struct Library {
   // $GPUSLICE_FAKE_NVML_MAX_PROFILE_INFO_VERSION at nvmlInit_v2): 3, or 2 (a driver without v3),
   // or 1 (a driver without the V function: it answers FUNCTION_NOT_FOUND).
   unsigned max_profile_info_version = 3;
+  // GPM samples (nvmlGpmSampleAlloc) and event sets (nvmlEventSetCreate), by the address handed
+  // out.
+  std::map<const void*, std::unique_ptr<GpmSample>> gpm_samples;
+  std::map<const void*, std::unique_ptr<EventSet>> event_sets;
 };
 
 // Lives until exit: the library is linked with -z nodelete, so dlclose does not unmap it and
@@ -191,6 +225,7 @@ int Resolve(const SimMachine& machine, const void* pointer, std::initializer_lis
   out->handle = handle;
   out->gpu = machine.Gpu(handle->gpu);
   if (out->gpu == nullptr) return kNvmlInvalidArgument;
+  if (out->gpu->lost) return kNvmlGpuIsLost;  // fell off the bus: every query on it fails
   if (handle->kind == Kind::kGpu) return kNvmlSuccess;
   out->gi = machine.Gi(handle->gpu, handle->gi);
   if (out->gi == nullptr || out->gi->profile_id != handle->gi_profile ||
@@ -270,6 +305,42 @@ nvmlReturn_t Call(const char* name, bool mutating, const std::function<int(SimMa
   return code;
 }
 
+// Runs a health query named `name` on GPU handle `device`: GPU_IS_LOST for a lost GPU, else
+// `fn` with the simulator's figures (an absent figure is the GPU's NOT_SUPPORTED).
+nvmlReturn_t TelemetryCall(const char* name, nvmlDevice_t device,
+                           const std::function<int(const GpuTelemetry&)>& fn) {
+  return Call(name, false, [&](SimMachine& machine) {
+    Target target;
+    if (int code = Resolve(machine, device, {Kind::kGpu}, &target)) return code;
+    GpuTelemetry figures;
+    if (int code = machine.Telemetry(target.handle->gpu, &figures)) return code;
+    return fn(figures);
+  });
+}
+
+GpmSample* FindGpmSample(const void* pointer) {
+  auto it = Lib().gpm_samples.find(pointer);
+  return it == Lib().gpm_samples.end() ? nullptr : it->second.get();
+}
+
+EventSet* FindEventSet(const void* pointer) {
+  auto it = Lib().event_sets.find(pointer);
+  return it == Lib().event_sets.end() ? nullptr : it->second.get();
+}
+
+// Takes a GPM sample of GPU `gpu` (or of its GI `gi`) into `pointer`.
+int TakeGpmSample(SimMachine& machine, int gpu, std::optional<int> gi, const void* pointer) {
+  GpmSample* sample = FindGpmSample(pointer);
+  if (sample == nullptr) return kNvmlInvalidArgument;
+  Activity activity;
+  if (int code = machine.SampleActivity(gpu, gi, &activity)) return code;
+  sample->taken = true;
+  sample->gpu = gpu;
+  sample->gi = gi.value_or(-1);
+  sample->activity = activity;
+  return kNvmlSuccess;
+}
+
 }  // namespace
 }  // namespace gpuslice::device::fake_nvml
 
@@ -281,6 +352,7 @@ using gpuslice::device::sim::SimGi;
 using gpuslice::device::sim::SimGpu;
 using gpuslice::device::sim::SimMachine;
 using gpuslice::device::sim::SimProcess;
+using gpuslice::device::sim::SimXid;
 namespace dev = gpuslice::device;
 namespace hw = gpuslice::hw;
 namespace nvml = gpuslice::device::nvml;
@@ -1026,6 +1098,336 @@ GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(
   });
 }
 
+// ------------------------------------------------------------------------------- health figures
+
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device,
+                                                                unsigned sensor,
+                                                                unsigned* celsius) {
+  return fake::TelemetryCall("nvmlDeviceGetTemperature", device,
+                             [&](const dev::GpuTelemetry& figures) {
+                               if (sensor != nvml::kTemperatureGpu || celsius == nullptr) {
+                                 return static_cast<int>(dev::kNvmlInvalidArgument);
+                               }
+                               if (!figures.temperature_c) {
+                                 return static_cast<int>(dev::kNvmlNotSupported);
+                               }
+                               *celsius = fake::I2U(*figures.temperature_c);
+                               return static_cast<int>(dev::kNvmlSuccess);
+                             });
+}
+
+namespace {
+
+// Watts to NVML's milliwatts.
+unsigned Milliwatts(double watts) { return static_cast<unsigned>(std::lround(watts * 1000)); }
+
+}  // namespace
+
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device,
+                                                               unsigned* milliwatts) {
+  return fake::TelemetryCall("nvmlDeviceGetPowerUsage", device,
+                             [&](const dev::GpuTelemetry& figures) {
+                               if (milliwatts == nullptr) {
+                                 return static_cast<int>(dev::kNvmlInvalidArgument);
+                               }
+                               if (!figures.power_w)
+                                 return static_cast<int>(dev::kNvmlNotSupported);
+                               *milliwatts = Milliwatts(*figures.power_w);
+                               return static_cast<int>(dev::kNvmlSuccess);
+                             });
+}
+
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device,
+                                                                       unsigned* milliwatts) {
+  return fake::TelemetryCall("nvmlDeviceGetEnforcedPowerLimit", device,
+                             [&](const dev::GpuTelemetry& figures) {
+                               if (milliwatts == nullptr) {
+                                 return static_cast<int>(dev::kNvmlInvalidArgument);
+                               }
+                               if (!figures.power_limit_w) {
+                                 return static_cast<int>(dev::kNvmlNotSupported);
+                               }
+                               *milliwatts = Milliwatts(*figures.power_limit_w);
+                               return static_cast<int>(dev::kNvmlSuccess);
+                             });
+}
+
+// The graphics clock is the SM clock; the video clock is not simulated (NOT_SUPPORTED).
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned type,
+                                                              unsigned* mhz) {
+  return fake::TelemetryCall(
+      "nvmlDeviceGetClockInfo", device, [&](const dev::GpuTelemetry& figures) {
+        if (mhz == nullptr || type > nvml::kClockVideo) {
+          return static_cast<int>(dev::kNvmlInvalidArgument);
+        }
+        const std::optional<int>& clock = type == nvml::kClockMem     ? figures.memory_clock_mhz
+                                          : type == nvml::kClockVideo ? std::optional<int>()
+                                                                      : figures.sm_clock_mhz;
+        if (!clock) return static_cast<int>(dev::kNvmlNotSupported);
+        *mhz = fake::I2U(*clock);
+        return static_cast<int>(dev::kNvmlSuccess);
+      });
+}
+
+// NOT_SUPPORTED while MIG is on, like the driver.
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t
+nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvml::nvmlUtilization_t* utilization) {
+  return fake::TelemetryCall("nvmlDeviceGetUtilizationRates", device,
+                             [&](const dev::GpuTelemetry& figures) {
+                               if (utilization == nullptr)
+                                 return static_cast<int>(dev::kNvmlInvalidArgument);
+                               if (!figures.utilization_pct || !figures.memory_utilization_pct) {
+                                 return static_cast<int>(dev::kNvmlNotSupported);
+                               }
+                               utilization->gpu = fake::I2U(*figures.utilization_pct);
+                               utilization->memory = fake::I2U(*figures.memory_utilization_pct);
+                               return static_cast<int>(dev::kNvmlSuccess);
+                             });
+}
+
+namespace {
+
+nvmlReturn_t ClocksEventReasons(const char* name, nvmlDevice_t device,
+                                unsigned long long* reasons) {
+  return fake::TelemetryCall(name, device, [&](const dev::GpuTelemetry& figures) {
+    if (reasons == nullptr) return static_cast<int>(dev::kNvmlInvalidArgument);
+    if (!figures.throttle_reasons) return static_cast<int>(dev::kNvmlNotSupported);
+    *reasons = *figures.throttle_reasons;
+    return static_cast<int>(dev::kNvmlSuccess);
+  });
+}
+
+}  // namespace
+
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t
+nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long* reasons) {
+  return ClocksEventReasons("nvmlDeviceGetCurrentClocksEventReasons", device, reasons);
+}
+
+// The name drivers before the rename export (the same bits).
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t
+nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long* reasons) {
+  return ClocksEventReasons("nvmlDeviceGetCurrentClocksThrottleReasons", device, reasons);
+}
+
+// Volatile counts only: the simulator keeps no lifetime (aggregate) counts, so those are
+// NOT_SUPPORTED rather than made up.
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
+                                                                   unsigned error_type,
+                                                                   unsigned counter_type,
+                                                                   unsigned long long* count) {
+  return fake::TelemetryCall(
+      "nvmlDeviceGetTotalEccErrors", device, [&](const dev::GpuTelemetry& figures) {
+        if (count == nullptr || error_type > nvml::kMemoryErrorTypeUncorrected ||
+            counter_type > nvml::kAggregateEcc) {
+          return static_cast<int>(dev::kNvmlInvalidArgument);
+        }
+        const std::optional<std::uint64_t>& value = error_type == nvml::kMemoryErrorTypeCorrected
+                                                        ? figures.ecc_corrected
+                                                        : figures.ecc_uncorrected;
+        if (!value || counter_type != nvml::kVolatileEcc) {
+          return static_cast<int>(dev::kNvmlNotSupported);
+        }
+        *count = *value;
+        return static_cast<int>(dev::kNvmlSuccess);
+      });
+}
+
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device,
+                                                                 unsigned* correctable,
+                                                                 unsigned* uncorrectable,
+                                                                 unsigned* pending,
+                                                                 unsigned* failure) {
+  return fake::TelemetryCall(
+      "nvmlDeviceGetRemappedRows", device, [&](const dev::GpuTelemetry& figures) {
+        if (correctable == nullptr || uncorrectable == nullptr || pending == nullptr ||
+            failure == nullptr) {
+          return static_cast<int>(dev::kNvmlInvalidArgument);
+        }
+        if (!figures.remapped_rows_correctable || !figures.remapped_rows_uncorrectable ||
+            !figures.remap_pending || !figures.remap_failure) {
+          return static_cast<int>(dev::kNvmlNotSupported);
+        }
+        *correctable = fake::I2U(*figures.remapped_rows_correctable);
+        *uncorrectable = fake::I2U(*figures.remapped_rows_uncorrectable);
+        *pending = *figures.remap_pending ? 1U : 0U;
+        *failure = *figures.remap_failure ? 1U : 0U;
+        return static_cast<int>(dev::kNvmlSuccess);
+      });
+}
+
+// ----------------------------------------------------------------------------------- Xid events
+
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlEventSetCreate(nvml::nvmlEventSet_t* set) {
+  return fake::Call("nvmlEventSetCreate", false, [&](SimMachine&) {
+    if (set == nullptr) return static_cast<int>(dev::kNvmlInvalidArgument);
+    auto owned = std::make_unique<fake::EventSet>();
+    const void* key = owned.get();
+    fake::Lib().event_sets.emplace(key, std::move(owned));
+    *set = reinterpret_cast<nvml::nvmlEventSet_t>(const_cast<void*>(key));
+    return static_cast<int>(dev::kNvmlSuccess);
+  });
+}
+
+// Only Xid critical errors are simulated: other event types are NOT_SUPPORTED. The driver delivers
+// the events that happen after the registration, so the GPU's Xids already waiting in the state are
+// dropped.
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device,
+                                                                unsigned long long event_types,
+                                                                nvml::nvmlEventSet_t set) {
+  return fake::Call("nvmlDeviceRegisterEvents", true, [&](SimMachine& machine) {
+    fake::Target target;
+    if (int code = fake::Resolve(machine, device, {fake::Kind::kGpu}, &target)) return code;
+    fake::EventSet* events = fake::FindEventSet(set);
+    if (events == nullptr || event_types == 0) return static_cast<int>(dev::kNvmlInvalidArgument);
+    if ((event_types & ~nvml::kEventTypeXidCriticalError) != 0) {
+      return static_cast<int>(dev::kNvmlNotSupported);
+    }
+    const int gpu = target.handle->gpu;
+    std::erase_if(machine.state().xids, [&](const SimXid& xid) { return xid.gpu == gpu; });
+    events->gpus.insert(gpu);
+    return static_cast<int>(dev::kNvmlSuccess);
+  });
+}
+
+// Never waits: TIMEOUT at once when no event is waiting for the set's GPUs. Events of other GPUs
+// stay in the state.
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvml::nvmlEventSet_t set,
+                                                           nvml::nvmlEventData_t* data,
+                                                           unsigned /*timeout_ms*/) {
+  return fake::Call("nvmlEventSetWait_v2", true, [&](SimMachine& machine) {
+    fake::EventSet* events = fake::FindEventSet(set);
+    if (events == nullptr || data == nullptr) return static_cast<int>(dev::kNvmlInvalidArgument);
+    if (events->pending.empty()) {
+      std::vector<SimXid>& waiting = machine.state().xids;
+      std::vector<SimXid> others;
+      for (const SimXid& xid : waiting) {
+        if (events->gpus.count(xid.gpu) != 0) {
+          events->pending.push_back(xid);
+        } else {
+          others.push_back(xid);
+        }
+      }
+      waiting = std::move(others);
+    }
+    if (events->pending.empty()) return static_cast<int>(dev::kNvmlTimeout);
+    const SimXid xid = events->pending.front();
+    events->pending.pop_front();
+    *data = {};
+    data->device = fake::GpuHandle(xid.gpu);
+    data->eventType = nvml::kEventTypeXidCriticalError;
+    data->eventData = xid.xid;
+    data->gpuInstanceId = xid.gi < 0 ? nvml::kInvalidInstanceId : fake::I2U(xid.gi);
+    data->computeInstanceId = xid.ci < 0 ? nvml::kInvalidInstanceId : fake::I2U(xid.ci);
+    return static_cast<int>(dev::kNvmlSuccess);
+  });
+}
+
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlEventSetFree(nvml::nvmlEventSet_t set) {
+  return fake::Call("nvmlEventSetFree", false, [&](SimMachine&) {
+    return fake::Lib().event_sets.erase(set) == 1 ? static_cast<int>(dev::kNvmlSuccess)
+                                                  : static_cast<int>(dev::kNvmlInvalidArgument);
+  });
+}
+
+// ------------------------------------------------------------------------------------------ GPM
+
+// Supported where the simulator gives GPM activity (Hopper and later, unless "gpm" is listed as
+// unsupported).
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device,
+                                                                 nvml::nvmlGpmSupport_t* support) {
+  return fake::Call("nvmlGpmQueryDeviceSupport", false, [&](SimMachine& machine) {
+    fake::Target target;
+    if (int code = fake::Resolve(machine, device, {fake::Kind::kGpu}, &target)) return code;
+    if (support == nullptr) return static_cast<int>(dev::kNvmlInvalidArgument);
+    if (support->version != nvml::kGpmSupportVersion) {
+      return static_cast<int>(dev::kNvmlArgumentVersionMismatch);
+    }
+    dev::Activity activity;
+    const int code = machine.SampleActivity(target.handle->gpu, std::nullopt, &activity);
+    if (code != dev::kNvmlSuccess && code != dev::kNvmlNotSupported) return code;
+    support->isSupportedDevice = code == dev::kNvmlSuccess ? 1U : 0U;
+    return static_cast<int>(dev::kNvmlSuccess);
+  });
+}
+
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvml::nvmlGpmSample_t* sample) {
+  return fake::Call("nvmlGpmSampleAlloc", false, [&](SimMachine&) {
+    if (sample == nullptr) return static_cast<int>(dev::kNvmlInvalidArgument);
+    auto owned = std::make_unique<fake::GpmSample>();
+    const void* key = owned.get();
+    fake::Lib().gpm_samples.emplace(key, std::move(owned));
+    *sample = reinterpret_cast<nvml::nvmlGpmSample_t>(const_cast<void*>(key));
+    return static_cast<int>(dev::kNvmlSuccess);
+  });
+}
+
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlGpmSampleFree(nvml::nvmlGpmSample_t sample) {
+  return fake::Call("nvmlGpmSampleFree", false, [&](SimMachine&) {
+    return fake::Lib().gpm_samples.erase(sample) == 1 ? static_cast<int>(dev::kNvmlSuccess)
+                                                      : static_cast<int>(dev::kNvmlInvalidArgument);
+  });
+}
+
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device,
+                                                        nvml::nvmlGpmSample_t sample) {
+  return fake::Call("nvmlGpmSampleGet", false, [&](SimMachine& machine) {
+    fake::Target target;
+    if (int code = fake::Resolve(machine, device, {fake::Kind::kGpu}, &target)) return code;
+    return fake::TakeGpmSample(machine, target.handle->gpu, std::nullopt, sample);
+  });
+}
+
+// NOT_SUPPORTED while MIG is off, NOT_FOUND for a GI that does not exist (the simulator's codes).
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device,
+                                                           unsigned gpu_instance_id,
+                                                           nvml::nvmlGpmSample_t sample) {
+  return fake::Call("nvmlGpmMigSampleGet", false, [&](SimMachine& machine) {
+    fake::Target target;
+    if (int code = fake::Resolve(machine, device, {fake::Kind::kGpu}, &target)) return code;
+    return fake::TakeGpmSample(machine, target.handle->gpu, fake::U2I(gpu_instance_id), sample);
+  });
+}
+
+// The simulator's figures are instant: a metric between two samples is sample2's. Both samples
+// must be of the same device; metrics other than SM_UTIL, SM_OCCUPANCY and DRAM_BW_UTIL answer
+// NOT_SUPPORTED in their nvmlReturn.
+GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvml::nvmlGpmMetricsGet_t* metrics) {
+  return fake::Call("nvmlGpmMetricsGet", false, [&](SimMachine&) {
+    if (metrics == nullptr) return static_cast<int>(dev::kNvmlInvalidArgument);
+    if (metrics->version != nvml::kGpmMetricsGetVersion) {
+      return static_cast<int>(dev::kNvmlArgumentVersionMismatch);
+    }
+    const fake::GpmSample* first = fake::FindGpmSample(metrics->sample1);
+    const fake::GpmSample* second = fake::FindGpmSample(metrics->sample2);
+    if (first == nullptr || second == nullptr || first == second || !first->taken ||
+        !second->taken || first->gpu != second->gpu || first->gi != second->gi ||
+        metrics->numMetrics > nvml::kGpmMetricMax) {
+      return static_cast<int>(dev::kNvmlInvalidArgument);
+    }
+    for (unsigned i = 0; i < metrics->numMetrics; ++i) {
+      nvml::nvmlGpmMetric_t& metric = metrics->metrics[i];
+      metric.nvmlReturn = dev::kNvmlSuccess;
+      metric.metricInfo = {};
+      switch (metric.metricId) {
+        case nvml::kGpmMetricSmUtil:
+          metric.value = second->activity.sm_active_pct;
+          break;
+        case nvml::kGpmMetricSmOccupancy:
+          metric.value = second->activity.sm_occupancy_pct;
+          break;
+        case nvml::kGpmMetricDramBwUtil:
+          metric.value = second->activity.dram_bandwidth_pct;
+          break;
+        default:
+          metric.value = 0;
+          metric.nvmlReturn = dev::kNvmlNotSupported;
+      }
+    }
+    return static_cast<int>(dev::kNvmlSuccess);
+  });
+}
+
 // ------------------------------------------------------------------------------------ test hook
 
 // Resets GPU `index` like `nvidia-smi --gpu-reset -i index` (NVML has no public reset).
@@ -1045,6 +1447,7 @@ GPUSLICE_FAKE_NVML_EXPORT nvmlReturn_t gpusliceTestTerminateProcess(unsigned pid
   static_assert(std::is_same_v<decltype(&::name), nvml::name##_fn>, \
                 #name " does not match its declaration in src/device/nvml_api.h");
 GPUSLICE_NVML_FUNCTIONS(GPUSLICE_FAKE_NVML_CHECK)
+GPUSLICE_NVML_HEALTH_FUNCTIONS(GPUSLICE_FAKE_NVML_CHECK)
 #undef GPUSLICE_FAKE_NVML_CHECK
 static_assert(std::is_same_v<decltype(&::nvmlErrorString), nvml::nvmlErrorString_fn>);
 static_assert(std::is_same_v<decltype(&::nvmlDeviceGetGpuInstanceProfileInfoV),
