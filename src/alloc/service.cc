@@ -1151,6 +1151,7 @@ absl::StatusOr<int> Service::Tick(const std::function<std::int64_t(const Lease&)
       it = draining_.erase(it);
     }
     if (absl::StatusOr<int> granted = GrantQueued(); !granted.ok()) return granted.status();
+    StageUsageRollUp(now);  // service_usage.cc
     return static_cast<int>(ending.size());
   });
 }

@@ -269,7 +269,17 @@ absl::StatusOr<std::vector<Assignment>> Service::Assignments(const Caller& calle
   std::vector<Assignment> out;
   for (const auto& [id, active] : active_) {
     if (HostOf(active.lease.node) != host) continue;
-    out.push_back(Assignment{id, active.lease.node, active.lease.claims, active.lease.bound});
+    Assignment a;
+    a.lease = id;
+    a.node = active.lease.node;
+    a.claims = active.lease.claims;
+    a.bound = active.lease.bound;
+    a.tenant = active.lease.tenant;
+    a.class_name = active.lease.class_name;
+    if (auto klass = classes_.find(active.lease.class_name); klass != classes_.end()) {
+      a.idle_timeout_s = klass->second.idle_timeout_s;
+    }
+    out.push_back(std::move(a));
   }
   return out;
 }

@@ -16,6 +16,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "gpuslice/alloc/usage.h"
 #include "gpuslice/alloc/wire.h"
 #include "nlohmann/json.hpp"
 
@@ -342,6 +343,39 @@ json LeaseJson(const alloc::Lease& lease) {
       // What a process needs, while the lease lasts.
       {"env", lease.state == "active" ? json(alloc::LeaseEnvironment(lease)) : json::object()},
       {"docker_args", lease.state == "active" ? json(alloc::DockerArgs(lease)) : json::array()}};
+}
+
+json UsageRowJson(const alloc::UsageRow& row) {
+  json out = {{"key", row.key},
+              {"tenant", row.tenant},
+              {"class", row.class_name},
+              {"purpose", row.purpose},
+              {"leases", row.leases},
+              {"samples", row.samples},
+              {"first", row.first},
+              {"last", row.last},
+              {"memory_peak_mib", row.memory_peak_mib},
+              {"memory_typical_mib", row.memory_typical_mib},
+              {"processes_peak", row.processes_peak},
+              {"concurrent_peak", row.concurrent_peak},
+              {"gpu_model", row.gpu_model},
+              {"profile", row.profile},
+              {"share", row.share},
+              {"slice_mib", row.slice_mib},
+              {"peak_fraction", row.peak_fraction},
+              {"workloads", row.workloads},
+              {"oversized", row.oversized},
+              {"too_small", row.too_small},
+              {"idle", row.idle},
+              {"suggested_profile", row.suggested_profile},
+              {"kind", row.kind},
+              {"explanation", row.explanation}};
+  // Activity is absent when the devices never gave it (never a made-up zero).
+  if (row.activity_peak_pct.has_value()) out["activity_peak_pct"] = *row.activity_peak_pct;
+  if (row.activity_typical_pct.has_value()) {
+    out["activity_typical_pct"] = *row.activity_typical_pct;
+  }
+  return out;
 }
 
 json QueueJson(const alloc::QueueEntry& q) {
@@ -777,7 +811,10 @@ void ApiServer::Routes() {
             out.push_back({{"lease", a.lease},
                            {"node", a.node},
                            {"claims", claims},
-                           {"bound", BoundJson(a.bound)}});
+                           {"bound", BoundJson(a.bound)},
+                           {"tenant", a.tenant},
+                           {"class", a.class_name},
+                           {"idle_timeout_s", a.idle_timeout_s}});
           }
           absl::StatusOr<std::optional<alloc::NodeLayout>> layout =
               service.GetLayout(caller, req.matches[1].str());
@@ -828,39 +865,112 @@ void ApiServer::Routes() {
         Reply(res, 200, {{"ignored", *ignored}});
       }));
 
-  s.Post(R"(/v1/nodes/([A-Za-z0-9._-]+)/usage)",
-         authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                           httplib::Response& res) {
-           absl::StatusOr<json> body = Body(req, {"leases", "valid_s"});
-           if (!body.ok()) return Fail(res, body.status());
-           std::int64_t valid_s = 0;
-           if (absl::Status st = Field(*body, "valid_s", &valid_s); !st.ok()) return Fail(res, st);
-           auto leases = body->find("leases");
-           if (leases == body->end() || !leases->is_object()) {
-             return Fail(res, absl::InvalidArgumentError(
-                                  "leases: an object of lease id to {\"idle_s\": seconds}"));
-           }
-           std::map<std::int64_t, std::int64_t> idle;
-           for (const auto& [key, usage] : leases->items()) {
-             std::int64_t id = 0;
-             if (!absl::SimpleAtoi(key, &id) || id <= 0 || !usage.is_object()) {
-               return Fail(res, absl::InvalidArgumentError(absl::StrCat(
-                                    "leases.", key, ": a lease id mapping to {\"idle_s\": n}")));
-             }
-             if (absl::Status st = Only(usage, {"idle_s"}, "leases[]"); !st.ok()) {
-               return Fail(res, st);
-             }
-             std::int64_t seconds = -1;
-             if (absl::Status st = Field(usage, "idle_s", &seconds); !st.ok()) {
-               return Fail(res, st);
-             }
-             idle[id] = seconds;
-           }
-           absl::StatusOr<std::vector<std::int64_t>> ignored =
-               service.ReportUsage(caller, req.matches[1].str(), idle, valid_s);
-           if (!ignored.ok()) return Fail(res, ignored.status());
-           Reply(res, 200, {{"ignored", *ignored}});
-         }));
+  // Each lease: idle_s (the idle reclaim's figure, valid for valid_s) and/or its usage figures
+  // (memory_used_mib with optional memory_total_mib, sm_active_pct, processes) for the history.
+  s.Post(
+      R"(/v1/nodes/([A-Za-z0-9._-]+)/usage)",
+      authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                        httplib::Response& res) {
+        absl::StatusOr<json> body = Body(req, {"leases", "valid_s"});
+        if (!body.ok()) return Fail(res, body.status());
+        std::int64_t valid_s = 0;
+        if (absl::Status st = Field(*body, "valid_s", &valid_s); !st.ok()) return Fail(res, st);
+        auto leases = body->find("leases");
+        if (leases == body->end() || !leases->is_object()) {
+          return Fail(res, absl::InvalidArgumentError(
+                               "leases: an object of lease id to {\"idle_s\": seconds, "
+                               "\"memory_used_mib\": MiB, ...}"));
+        }
+        std::map<std::int64_t, std::int64_t> idle;
+        std::map<std::int64_t, alloc::UsageFigures> figures;
+        for (const auto& [key, usage] : leases->items()) {
+          std::int64_t id = 0;
+          if (!absl::SimpleAtoi(key, &id) || id <= 0 || !usage.is_object()) {
+            return Fail(res, absl::InvalidArgumentError(absl::StrCat(
+                                 "leases.", key, ": a lease id mapping to {\"idle_s\": n}")));
+          }
+          if (absl::Status st = Only(
+                  usage,
+                  {"idle_s", "memory_used_mib", "memory_total_mib", "sm_active_pct", "processes"},
+                  "leases[]");
+              !st.ok()) {
+            return Fail(res, st);
+          }
+          const bool has_figures = usage.contains("memory_used_mib");
+          if (!has_figures && (usage.contains("memory_total_mib") ||
+                               usage.contains("sm_active_pct") || usage.contains("processes"))) {
+            return Fail(res, absl::InvalidArgumentError(
+                                 absl::StrCat("leases.", key,
+                                              ": memory_used_mib is required with the other "
+                                              "usage figures")));
+          }
+          if (usage.contains("idle_s") || !has_figures) {
+            std::int64_t seconds = -1;
+            if (absl::Status st = Field(usage, "idle_s", &seconds); !st.ok()) {
+              return Fail(res, st);
+            }
+            idle[id] = seconds;
+          }
+          if (!has_figures) continue;
+          alloc::UsageFigures f;
+          double activity = 0;
+          for (absl::Status st : {Field(usage, "memory_used_mib", &f.memory_used_mib),
+                                  Field(usage, "memory_total_mib", &f.memory_total_mib),
+                                  Field(usage, "sm_active_pct", &activity),
+                                  Field(usage, "processes", &f.processes)}) {
+            if (!st.ok()) return Fail(res, st);
+          }
+          if (usage.contains("sm_active_pct") && !usage["sm_active_pct"].is_null()) {
+            f.sm_active_pct = activity;
+          }
+          if (absl::Status st = alloc::ValidateUsageFigures(f); !st.ok()) {
+            return Fail(
+                res, absl::InvalidArgumentError(absl::StrCat("leases.", key, ".", st.message())));
+          }
+          figures[id] = f;
+        }
+        std::set<std::int64_t> ignored;
+        if (!idle.empty() || figures.empty()) {
+          absl::StatusOr<std::vector<std::int64_t>> not_here =
+              service.ReportUsage(caller, req.matches[1].str(), idle, valid_s);
+          if (!not_here.ok()) return Fail(res, not_here.status());
+          ignored.insert(not_here->begin(), not_here->end());
+        }
+        if (!figures.empty()) {
+          absl::StatusOr<std::vector<std::int64_t>> not_here =
+              service.RecordUsage(caller, req.matches[1].str(), figures);
+          if (!not_here.ok()) return Fail(res, not_here.status());
+          ignored.insert(not_here->begin(), not_here->end());
+        }
+        Reply(res, 200, {{"ignored", ignored}});
+      }));
+  // The usage history's report (admin: every tenant; a tenant's user: its own).
+  s.Get("/v1/usage", authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                                       httplib::Response& res) {
+          std::int64_t since_s = 7 * 86400;
+          if (req.has_param("since") && !absl::SimpleAtoi(req.get_param_value("since"), &since_s)) {
+            return Fail(res, absl::InvalidArgumentError("since: seconds (e.g. 604800 for 7 days)"));
+          }
+          alloc::UsageGroupBy by = alloc::UsageGroupBy::kWorkload;
+          if (req.has_param("by")) {
+            std::optional<alloc::UsageGroupBy> parsed =
+                alloc::ParseUsageGroupBy(req.get_param_value("by"));
+            if (!parsed.has_value()) {
+              return Fail(res, absl::InvalidArgumentError("by: workload, tenant or class"));
+            }
+            by = *parsed;
+          }
+          absl::StatusOr<alloc::UsageReport> report = service.UsageReport(caller, since_s, by);
+          if (!report.ok()) return Fail(res, report.status());
+          json rows = json::array();
+          for (const alloc::UsageRow& row : report->rows) rows.push_back(UsageRowJson(row));
+          Reply(res, 200,
+                {{"since", report->since},
+                 {"until", report->until},
+                 {"by", std::string(alloc::ToString(report->by))},
+                 {"rows", rows},
+                 {"plan_yaml", alloc::PlanWorkloadsYaml(*report)}});
+        }));
 
   // ---- layouts: an admin fixes a machine's MIG layout; its agent carries it out
   s.Put(R"(/v1/nodes/([A-Za-z0-9._-]+)/layout)",
@@ -945,6 +1055,44 @@ void ApiServer::Routes() {
                            {"detail", json::parse(e.detail, nullptr, false)}});
           }
           Reply(res, 200, {{"events", out}});
+        }));
+  s.Post(R"(/v1/nodes/([A-Za-z0-9._-]+)/alerts)",
+         authed([&service](const alloc::Caller& caller, const httplib::Request& req,
+                           httplib::Response& res) {
+           absl::StatusOr<json> body = Body(req, {"fired", "cleared"});
+           if (!body.ok()) return Fail(res, body.status());
+           metrics::AlertChanges changes;
+           for (const char* list : {"fired", "cleared"}) {
+             if (!body->contains(list)) continue;
+             const json& items = (*body)[list];
+             if (!items.is_array()) {
+               return Fail(res, absl::InvalidArgumentError(absl::StrCat(list, ": an array")));
+             }
+             for (const json& item : items) {
+               absl::StatusOr<metrics::Alert> alert = metrics::AlertFromJson(item);
+               if (!alert.ok()) {
+                 return Fail(res, absl::InvalidArgumentError(
+                                      absl::StrCat(list, "[]: ", alert.status().message())));
+               }
+               (std::string(list) == "fired" ? changes.fired : changes.cleared)
+                   .push_back(*std::move(alert));
+             }
+           }
+           if (absl::Status st = service.ReportAlerts(caller, req.matches[1].str(), changes);
+               !st.ok()) {
+             return Fail(res, st);
+           }
+           Reply(res, 200, {{"fired", changes.fired.size()}, {"cleared", changes.cleared.size()}});
+         }));
+  s.Get("/v1/alerts", authed([&service](const alloc::Caller& caller, const httplib::Request&,
+                                        httplib::Response& res) {
+          absl::StatusOr<alloc::Service::AlertList> list = service.Alerts(caller);
+          if (!list.ok()) return Fail(res, list.status());
+          json active = json::array();
+          json recent = json::array();
+          for (const metrics::Alert& a : list->active) active.push_back(metrics::AlertToJson(a));
+          for (const metrics::Alert& a : list->recent) recent.push_back(metrics::AlertToJson(a));
+          Reply(res, 200, {{"active", active}, {"recent", recent}});
         }));
 
   s.set_error_handler([](const httplib::Request&, httplib::Response& res) {

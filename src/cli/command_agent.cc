@@ -9,25 +9,36 @@
 // ones are never destroyed) before it sets up leases, reports the outcome, and keeps the layout's
 // instances when leases end. On GPUs without a fixed layout the agent owns the MIG layout: idle
 // instances no lease holds are destroyed so that any placement can be made.
+//
+// Monitoring: with --metrics-listen HOST:PORT the agent answers GET /metrics (Prometheus text,
+// metrics_listener.h) with the families serve gives for its own machine: this machine's GPUs and
+// MIG instances (metrics::Collect, read under the backend's lock, so never in the middle of a
+// round's device changes) and the leases it holds with their idle time as of its latest round.
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "alert_runner.h"
 #include "client.h"
 #include "common.h"
 #include "gpuslice/alloc/binder.h"
 #include "gpuslice/alloc/inventory.h"
 #include "gpuslice/alloc/layout.h"
+#include "gpuslice/alloc/usage.h"
 #include "gpuslice/alloc/wire.h"
 #include "gpuslice/device/nvml_backend.h"
 #include "gpuslice/device/sim_backend.h"
 #include "gpuslice/device/sim_machine.h"
+#include "gpuslice/device/synchronized_backend.h"
+#include "gpuslice/metrics/collector.h"
 #include "layout_runner.h"
+#include "metrics_listener.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -44,6 +55,7 @@ struct AgentOptions {
   std::string sim_state;
   int interval_s = 2;
   bool once = false;
+  std::string metrics_listen;  // HOST:PORT for GET /metrics; empty: none
 };
 
 std::string Log() { return "gpuslice agent: "; }
@@ -51,7 +63,7 @@ std::string Log() { return "gpuslice agent: "; }
 class Agent {
  public:
   Agent(const AgentOptions& options, const hw::Catalog& catalog,
-        std::shared_ptr<device::Backend> backend, std::vector<device::GpuInfo> gpus)
+        std::shared_ptr<device::SynchronizedBackend> backend, std::vector<device::GpuInfo> gpus)
       : o_(options), catalog_(catalog), backend_(std::move(backend)), gpus_(std::move(gpus)) {}
 
   // Reports the GPUs (listed again: their MIG modes may have changed); builds the placement view
@@ -113,6 +125,7 @@ class Agent {
         continue;
       }
       const std::vector<place::GpuClaim> claims = alloc::ClaimsFromJson(a["claims"]);
+      std::unique_lock<std::recursive_mutex> hold = backend_->Lock();
       absl::StatusOr<std::vector<alloc::BoundDevice>> bound =
           binder_->Bind(*cluster_, node->second, claims,
                         // A lease set up before (by this agent or an earlier one) may find its
@@ -122,7 +135,10 @@ class Agent {
         std::cerr << Log() << "lease " << lease << ": " << bound.status().message() << "\n";
         continue;
       }
+      hold.unlock();
       held_[lease] = *bound;
+      owners_[lease] = {a.value("tenant", std::string()), a.value("class", std::string()),
+                        a.value("idle_timeout_s", std::int64_t{0})};
       if (alloc::BoundFromJson(a["bound"]) != *bound)
         report[std::to_string(lease)] = alloc::BoundToJson(*bound);
     }
@@ -140,6 +156,7 @@ class Agent {
         ++it;
         continue;
       }
+      std::unique_lock<std::recursive_mutex> hold = backend_->Lock();
       if (absl::Status s = binder_->Unbind(it->second); !s.ok()) {
         std::cerr << Log() << "lease " << it->first << " ended: " << s.message() << "\n";
         ++it;
@@ -148,26 +165,85 @@ class Agent {
       std::cerr << Log() << "lease " << it->first << " ended: its devices are torn down\n";
       it = held_.erase(it);
     }
-    ReportUsage();
-    CollectIdle();
+    // One collection of the machine per round, for the usage history, the alerts and the
+    // scrapes until the next round.
+    metrics::MachineFigures machine;
+    {
+      std::unique_lock<std::recursive_mutex> hold = backend_->Lock();
+      CollectIdle();
+      machine = metrics::Collect(*backend_, o_.host);
+      metrics::CollectXids(*backend_, machine);
+    }
+    const std::vector<metrics::Holder> holders = PublishHolders(machine);
+    ReportUsage(machine);
+    ReportAlerts(machine, holders);
     return kExitOk;
+  }
+
+  // One scrape of GET /metrics (called on the listener's threads): the machine as it is between
+  // two device changes, and the leases held as of the latest round.
+  // The latest round's collection serves while it is at most one interval old (as
+  // dcgm-exporter serves its last collection); an older one is collected afresh.
+  absl::StatusOr<std::string> Scrape() {
+    metrics::MachineFigures machine;
+    std::vector<metrics::Holder> holders;
+    bool fresh = false;
+    {
+      std::lock_guard<std::mutex> lock(holders_mutex_);
+      holders = holders_;
+      fresh = collected_at_.has_value() &&
+              std::chrono::steady_clock::now() - *collected_at_ <=
+                  std::chrono::seconds(o_.interval_s) + std::chrono::milliseconds(500);
+      if (fresh) machine = machine_;
+    }
+    if (!fresh) {
+      std::unique_lock<std::recursive_mutex> hold = backend_->Lock();
+      machine = metrics::Collect(*backend_, o_.host);
+    }
+    machine.xids.clear();  // counted by the alert loop's families
+    std::vector<metrics::Family> families = metrics::Families(machine, holders);
+    for (metrics::Family& family : alerts_.Families()) families.push_back(std::move(family));
+    return metrics::Write(families);
   }
 
  private:
   // Tells the service how long each lease's devices have been idle (no process on them), for
-  // the idle reclaim of classes with an idle timeout. The figures hold for three rounds.
-  void ReportUsage() {
+  // the idle reclaim of classes with an idle timeout (the figures hold for three rounds), and
+  // each lease's usage for the history (memory, SM activity, processes) from one collection of
+  // the machine per round. A service too old for the usage figures (400) gets the idle ones alone.
+  void ReportUsage(const metrics::MachineFigures& machine) {
     if (held_.empty()) return;
     const std::int64_t now = EpochNow();
     json leases = json::object();
+    json idle_only = json::object();
     for (const auto& [lease, devices] : held_) {
+      json entry = json::object();
       const std::int64_t idle = idle_.IdleSeconds(lease, DeviceNode(devices), devices, now);
-      if (idle >= 0) leases[std::to_string(lease)] = {{"idle_s", idle}};
+      if (idle >= 0) {
+        entry["idle_s"] = idle;
+        idle_only[std::to_string(lease)] = entry;
+      }
+      if (std::optional<alloc::UsageFigures> f = alloc::UsageFromFigures(machine, devices)) {
+        AddUsageFigures(*f, entry);
+      }
+      if (!entry.empty()) leases[std::to_string(lease)] = entry;
     }
     if (leases.empty()) return;
     json body = {{"leases", leases}, {"valid_s", 3 * o_.interval_s + 5}};
     Reply reply;
-    (void)Call(o_.c, "POST", "/v1/nodes/" + o_.host + "/usage", &body, &reply);
+    const int rc = Call(o_.c, "POST", "/v1/nodes/" + o_.host + "/usage", &body, &reply);
+    if (rc != 0 && reply.status == 400 && !idle_only.empty() && idle_only != leases) {
+      json old = {{"leases", idle_only}, {"valid_s", 3 * o_.interval_s + 5}};
+      (void)Call(o_.c, "POST", "/v1/nodes/" + o_.host + "/usage", &old, &reply);
+    }
+  }
+
+  // A lease's usage figures as POST /v1/nodes/{host}/usage takes them (activity only when known).
+  static void AddUsageFigures(const alloc::UsageFigures& f, json& entry) {
+    entry["memory_used_mib"] = f.memory_used_mib;
+    entry["memory_total_mib"] = f.memory_total_mib;
+    entry["processes"] = f.processes;
+    if (f.sm_active_pct.has_value()) entry["sm_active_pct"] = *f.sm_active_pct;
   }
 
   // A placement node of this machine that the binder handles (the tracker asks it).
@@ -190,7 +266,12 @@ class Agent {
                 << "\n";
       return kExitOk;
     }
-    const LayoutRun run = cli::CarryOutLayout(*backend_, catalog_, *layout);
+    LayoutRun run;
+    {
+      // One reconciler round (snapshot, plan, steps) without a scrape in between.
+      std::unique_lock<std::recursive_mutex> hold = backend_->Lock();
+      run = cli::CarryOutLayout(*backend_, catalog_, *layout);
+    }
     fixed_ = run.fixed;
     binder_->SetFixedGpus(fixed_);
     if (run.changed) {
@@ -210,6 +291,61 @@ class Agent {
     Reply done;
     const int rc = Call(o_.c, "POST", "/v1/nodes/" + o_.host + "/layout/status", &body, &done);
     return rc == 3 ? rc : kExitOk;
+  }
+
+  // Sends what the round's collection fired and cleared (and what earlier rounds could not send).
+  void ReportAlerts(const metrics::MachineFigures& machine,
+                    const std::vector<metrics::Holder>& holders) {
+    const metrics::AlertChanges found =
+        alerts_.Round(machine, holders, EpochNow(), [&](const metrics::AlertChanges& changes) {
+          json fired = json::array();
+          json cleared = json::array();
+          for (const metrics::Alert& a : changes.fired) fired.push_back(metrics::AlertToJson(a));
+          for (const metrics::Alert& a : changes.cleared) {
+            cleared.push_back(metrics::AlertToJson(a));
+          }
+          json body = {{"fired", fired}, {"cleared", cleared}};
+          Reply reply;
+          if (Call(o_.c, "POST", "/v1/nodes/" + o_.host + "/alerts", &body, &reply) != 0) {
+            return absl::UnavailableError("the service did not take the alerts");
+          }
+          return absl::OkStatus();
+        });
+    for (const metrics::Alert& a : found.fired) {
+      std::cerr << Log() << "alert (" << a.severity << "): " << a.message << "\n";
+    }
+  }
+
+  // The leases held now, their devices, idle time and class threshold, for the scrapes and the
+  // alerts; also keeps the round's collection for the scrapes.
+  std::vector<metrics::Holder> PublishHolders(const metrics::MachineFigures& machine) {
+    const std::int64_t now = EpochNow();
+    std::vector<metrics::Holder> holders;
+    for (auto it = owners_.begin(); it != owners_.end();) {
+      it = held_.contains(it->first) ? std::next(it) : owners_.erase(it);
+    }
+    for (const auto& [lease, devices] : held_) {
+      std::optional<std::int64_t> idle_s;
+      if (const std::int64_t s = idle_.IdleSeconds(lease, DeviceNode(devices), devices, now);
+          s >= 0) {
+        idle_s = s;
+      }
+      const auto owner = owners_.find(lease);
+      for (const alloc::BoundDevice& d : devices) {
+        metrics::Holder holder{d.uuid, lease, "", "", idle_s, d.vram_mib};
+        if (owner != owners_.end()) {
+          holder.tenant = owner->second.tenant;
+          holder.class_name = owner->second.class_name;
+          holder.idle_threshold_s = owner->second.idle_timeout_s;
+        }
+        holders.push_back(std::move(holder));
+      }
+    }
+    std::lock_guard<std::mutex> lock(holders_mutex_);
+    holders_ = holders;
+    machine_ = machine;
+    collected_at_ = std::chrono::steady_clock::now();
+    return holders;
   }
 
   // Destroys idle MIG instances that no lease holds (left by an earlier agent or by hand), on
@@ -247,13 +383,24 @@ class Agent {
 
   const AgentOptions& o_;
   const hw::Catalog& catalog_;
-  std::shared_ptr<device::Backend> backend_;
+  std::shared_ptr<device::SynchronizedBackend> backend_;
   std::vector<device::GpuInfo> gpus_;
   std::unique_ptr<place::Cluster> cluster_;
   std::shared_ptr<alloc::DeviceBinder> binder_;
   alloc::IdleTracker idle_{nullptr};
   std::map<std::int64_t, std::vector<alloc::BoundDevice>> held_;
   std::set<int> fixed_;  // GPUs (NVML indexes) with a fixed layout
+  struct Owner {
+    std::string tenant;
+    std::string class_name;
+    std::int64_t idle_timeout_s = 0;
+  };
+  std::map<std::int64_t, Owner> owners_;  // by lease, from the assignments
+  AlertRunner alerts_{o_.host};
+  std::mutex holders_mutex_;  // guards the three below (the scrapes read them)
+  std::vector<metrics::Holder> holders_;
+  metrics::MachineFigures machine_;  // the latest round's collection
+  std::optional<std::chrono::steady_clock::time_point> collected_at_;
 };
 
 int RunAgent(const GlobalOptions& global, const AgentOptions& o) {
@@ -262,6 +409,15 @@ int RunAgent(const GlobalOptions& global, const AgentOptions& o) {
   if (!o.sim_fleet.empty() && !o.sim_state.empty()) {
     PrintError("give --sim-fleet or --sim-state, not both");
     return kExitBadInput;
+  }
+  std::optional<ListenAddress> metrics_address;
+  if (!o.metrics_listen.empty()) {
+    absl::StatusOr<ListenAddress> address = ParseListenAddress(o.metrics_listen);
+    if (!address.ok()) {
+      PrintError(absl::StrCat("--metrics-listen: ", address.status().message()));
+      return kExitBadInput;
+    }
+    metrics_address = *address;
   }
   std::shared_ptr<device::Backend> backend;
   if (!o.sim_state.empty()) {
@@ -316,7 +472,19 @@ int RunAgent(const GlobalOptions& global, const AgentOptions& o) {
   }
   std::cerr << Log() << backend->Describe() << ", " << gpus.size() << " GPUs, host " << o.host
             << "\n";
-  Agent agent(o, *catalog, backend, gpus);
+  // The rounds (this thread) and the scrapes (the listener's threads) share the backend.
+  Agent agent(o, *catalog, std::make_shared<device::SynchronizedBackend>(std::move(backend)), gpus);
+  std::unique_ptr<MetricsListener> listener;  // stopped before the agent goes
+  if (metrics_address.has_value()) {
+    listener = std::make_unique<MetricsListener>([&agent] { return agent.Scrape(); });
+    if (absl::Status s = listener->Start(*metrics_address); !s.ok()) {
+      PrintError(absl::StrCat("--metrics-listen: ", s.message()));
+      return 1;
+    }
+    std::cerr << Log() << "metrics on http://"
+              << o.metrics_listen.substr(0, o.metrics_listen.rfind(':')) << ":" << listener->port()
+              << "/metrics\n";
+  }
   std::signal(SIGINT, OnStop);
   std::signal(SIGTERM, OnStop);
   while (!g_stop) {  // until the service takes the report (it may not be up yet)
@@ -360,6 +528,9 @@ void AddAgentCommand(CLI::App& app, const GlobalOptions& global, Action* action)
       ->capture_default_str()
       ->check(CLI::Range(1, 600));
   cmd->add_flag("--once", o->once, "Report and do one round, then exit");
+  cmd->add_option("--metrics-listen", o->metrics_listen,
+                  "Answer GET /metrics (Prometheus) on HOST:PORT, e.g. 127.0.0.1:9401; no "
+                  "authentication, so bind it where only Prometheus reaches (off by default)");
   cmd->callback([o, action, &global] { *action = [o, &global] { return RunAgent(global, *o); }; });
 }
 

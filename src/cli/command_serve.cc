@@ -17,11 +17,14 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "alert_runner.h"
+#include "alert_webhook.h"
 #include "client.h"
 #include "common.h"
 #include "gpuslice/alloc/binder.h"
 #include "gpuslice/alloc/inventory.h"
 #include "gpuslice/alloc/service.h"
+#include "gpuslice/alloc/usage.h"
 #include "gpuslice/api/server.h"
 #include "gpuslice/device/nvml_backend.h"
 #include "gpuslice/device/sim_backend.h"
@@ -97,21 +100,18 @@ void CarryOutLocalLayout(alloc::Service& service, device::SynchronizedBackend& b
   (void)service.ReportLayout(system, Hostname(), (*layout)->generation, run.message);
 }
 
-// One scrape of GET /metrics: this machine's GPUs and MIG instances (through the backend), the
-// leases on them, and the service's leases and queue by class.
-absl::StatusOr<std::string> Scrape(alloc::Service& service, device::Backend& backend,
-                                   std::mutex& idle_mutex, alloc::IdleTracker& idle) {
-  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin};
-  const metrics::MachineFigures machine = metrics::Collect(backend, Hostname());
-  absl::StatusOr<std::vector<alloc::Lease>> leases = service.Leases(system);
-  if (!leases.ok()) return leases.status();
-  absl::StatusOr<std::vector<alloc::QueueEntry>> queue = service.Queue(system);
-  if (!queue.ok()) return queue.status();
-  const std::int64_t now = EpochNow();
+// The leases on this machine's devices, for /metrics and the alerts: lease, tenant, class, idle
+// seconds (when known) and the class's idle threshold. `leases` are all active leases.
+std::vector<metrics::Holder> LocalHolders(alloc::Service& service,
+                                          const std::vector<alloc::Lease>& leases,
+                                          std::mutex& idle_mutex, alloc::IdleTracker& idle,
+                                          std::int64_t now) {
+  std::map<std::string, std::int64_t> idle_threshold;
+  for (const alloc::ClassSpec& spec : service.Classes()) {
+    idle_threshold[spec.name] = spec.idle_timeout_s;
+  }
   std::vector<metrics::Holder> holders;
-  std::map<std::pair<std::string, std::string>, int> by_class;  // (class, tenant) -> leases
-  for (const alloc::Lease& lease : *leases) {
-    by_class[{lease.class_name, lease.tenant}] += 1;
+  for (const alloc::Lease& lease : leases) {
     if (lease.node.substr(0, lease.node.find('/')) != Hostname()) continue;
     std::optional<std::int64_t> idle_s;
     {
@@ -121,16 +121,61 @@ absl::StatusOr<std::string> Scrape(alloc::Service& service, device::Backend& bac
       }
     }
     for (const alloc::BoundDevice& device : lease.bound) {
-      holders.push_back(
-          {device.uuid, lease.id, lease.tenant, lease.class_name, idle_s, device.vram_mib});
+      metrics::Holder holder{device.uuid,      lease.id, lease.tenant,
+                             lease.class_name, idle_s,   device.vram_mib};
+      holder.idle_threshold_s = idle_threshold[lease.class_name];
+      holders.push_back(std::move(holder));
     }
   }
+  return holders;
+}
+
+// One scrape of GET /metrics: this machine's GPUs and MIG instances (through the backend), the
+// leases on them, this machine's alert counters, the fleet's active alerts by machine and kind,
+// and the service's leases and queue by class.
+absl::StatusOr<std::string> Scrape(alloc::Service& service, device::Backend& backend,
+                                   std::mutex& idle_mutex, alloc::IdleTracker& idle,
+                                   const AlertRunner& alerts) {
+  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin};
+  const metrics::MachineFigures machine = metrics::Collect(backend, Hostname());
+  absl::StatusOr<std::vector<alloc::Lease>> leases = service.Leases(system);
+  if (!leases.ok()) return leases.status();
+  absl::StatusOr<std::vector<alloc::QueueEntry>> queue = service.Queue(system);
+  if (!queue.ok()) return queue.status();
+  const std::vector<metrics::Holder> holders =
+      LocalHolders(service, *leases, idle_mutex, idle, EpochNow());
+  std::map<std::pair<std::string, std::string>, int> by_class;  // (class, tenant) -> leases
+  for (const alloc::Lease& lease : *leases) by_class[{lease.class_name, lease.tenant}] += 1;
   std::vector<metrics::Family> families = metrics::Families(machine, holders);
-  metrics::Family active;
-  active.name = "gpuslice_leases";
-  active.help = "Active leases by class and tenant.";
+  // This machine's counters (fired alerts, Xid errors); the active alerts of every machine
+  // come from the service, this one's included.
+  for (metrics::Family& family : alerts.Families()) {
+    if (family.name != "gpuslice_alerts") families.push_back(std::move(family));
+  }
+  absl::StatusOr<alloc::Service::AlertList> active = service.Alerts(system);
+  if (!active.ok()) return active.status();
+  std::map<std::string, std::map<std::string, int>> by_host;  // host -> kind -> count
+  by_host[Hostname()];
+  if (absl::StatusOr<std::vector<alloc::NodeReport>> nodes = service.Nodes(system); nodes.ok()) {
+    for (const alloc::NodeReport& node : *nodes) by_host[node.host];
+  }
+  for (const metrics::Alert& alert : active->active) by_host[alert.host][alert.kind] += 1;
+  metrics::Family fleet;
+  fleet.name = "gpuslice_alerts";
+  fleet.help = "Active alerts, by machine, kind and severity.";
+  for (const auto& [host, counts] : by_host) {
+    for (const auto& [kind, severity] : metrics::AlertKinds()) {
+      const auto it = counts.find(kind);
+      fleet.samples.push_back({{{"kind", kind}, {"severity", severity}, {"Hostname", host}},
+                               static_cast<double>(it == counts.end() ? 0 : it->second)});
+    }
+  }
+  families.push_back(std::move(fleet));
+  metrics::Family active_leases;
+  active_leases.name = "gpuslice_leases";
+  active_leases.help = "Active leases by class and tenant.";
   for (const auto& [key, count] : by_class) {
-    active.samples.push_back(
+    active_leases.samples.push_back(
         {{{"class", key.first}, {"tenant", key.second}}, static_cast<double>(count)});
   }
   std::map<std::string, int> waiting;
@@ -141,9 +186,60 @@ absl::StatusOr<std::string> Scrape(alloc::Service& service, device::Backend& bac
   for (const auto& [klass, count] : waiting) {
     queued.samples.push_back({{{"class", klass}}, static_cast<double>(count)});
   }
-  families.push_back(std::move(active));
+  families.push_back(std::move(active_leases));
   families.push_back(std::move(queued));
   return metrics::Write(families);
+}
+
+// One round of this machine's alerts: its collector's changes go to the service in-process.
+void LocalAlerts(alloc::Service& service, device::SynchronizedBackend& backend,
+                 std::mutex& idle_mutex, alloc::IdleTracker& idle, AlertRunner& alerts) {
+  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin};
+  absl::StatusOr<std::vector<alloc::Lease>> leases = service.Leases(system);
+  if (!leases.ok()) return;
+  const std::int64_t now = EpochNow();
+  const std::vector<metrics::Holder> holders =
+      LocalHolders(service, *leases, idle_mutex, idle, now);
+  metrics::MachineFigures machine;
+  {
+    std::unique_lock<std::recursive_mutex> hold = backend.Lock();
+    machine = metrics::Collect(backend, Hostname());
+    metrics::CollectXids(backend, machine);
+  }
+  alerts.Round(machine, holders, now, [&](const metrics::AlertChanges& changes) {
+    absl::Status status = service.ReportAlerts(system, Hostname(), changes);
+    // NotFound: this machine could not be reported (serve said so when it started).
+    if (!status.ok() && !absl::IsNotFound(status)) {
+      std::cerr << "gpuslice serve: alerts: " << status.message() << "\n";
+    }
+    return status;
+  });
+}
+
+// One round of the usage history for this machine's leases: one collection, one RecordUsage.
+void RecordLocalUsage(alloc::Service& service, device::SynchronizedBackend& backend) {
+  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin};
+  absl::StatusOr<std::vector<alloc::Lease>> leases = service.Leases(system);
+  if (!leases.ok()) return;
+  std::optional<metrics::MachineFigures> machine;
+  std::map<std::int64_t, alloc::UsageFigures> samples;
+  for (const alloc::Lease& lease : *leases) {
+    if (lease.bound.empty() || lease.node.substr(0, lease.node.find('/')) != Hostname()) continue;
+    if (!machine.has_value()) {
+      std::unique_lock<std::recursive_mutex> hold = backend.Lock();
+      machine = metrics::Collect(backend, Hostname());
+    }
+    if (std::optional<alloc::UsageFigures> f = alloc::UsageFromFigures(*machine, lease.bound)) {
+      samples[lease.id] = *f;
+    }
+  }
+  if (samples.empty()) return;
+  // NotFound: this machine could not be reported (serve said so when it started).
+  absl::StatusOr<std::vector<std::int64_t>> ignored =
+      service.RecordUsage(system, Hostname(), samples);
+  if (!ignored.ok() && !absl::IsNotFound(ignored.status())) {
+    std::cerr << "gpuslice serve: usage history: " << ignored.status().message() << "\n";
+  }
 }
 
 struct ServeOptions {
@@ -153,6 +249,7 @@ struct ServeOptions {
   std::string token_file = "gpuslice-admin.token";
   std::string policy = "gpuslice";
   int tick_s = 5;
+  std::string alert_webhook;
 };
 
 std::atomic<bool> g_stop{false};
@@ -273,8 +370,22 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
   server_options.host = options.listen.substr(0, colon);
   server_options.port = port;
   alloc::Service& served = **service;
-  server_options.metrics = [&served, &shared, &idle_mutex, &idle] {
-    return Scrape(served, *shared, idle_mutex, idle);
+  AlertRunner alerts(Hostname());
+  std::unique_ptr<AlertWebhook> webhook;
+  if (!options.alert_webhook.empty()) {
+    absl::StatusOr<std::unique_ptr<AlertWebhook>> started =
+        AlertWebhook::Start(options.alert_webhook);
+    if (!started.ok()) {
+      PrintError(std::string(started.status().message()));
+      return kExitBadInput;
+    }
+    webhook = *std::move(started);
+    served.SetAlertListener([hook = webhook.get()](const metrics::Alert& alert, bool fired) {
+      hook->Send(alert, fired);
+    });
+  }
+  server_options.metrics = [&served, &shared, &idle_mutex, &idle, &alerts] {
+    return Scrape(served, *shared, idle_mutex, idle, alerts);
   };
   api::ApiServer server(**service, server_options);
   if (absl::Status status = server.Start(); !status.ok()) {
@@ -315,10 +426,13 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
       if (!ended.ok()) {
         std::cerr << "gpuslice serve: tick: " << ended.status().message() << "\n";
       }
+      RecordLocalUsage(**service, *shared);
+      LocalAlerts(**service, *shared, idle_mutex, idle, alerts);
     }
   }
   std::cout << "gpuslice serve: stopping (finishing requests in flight)\n" << std::flush;
   server.Stop();
+  served.SetAlertListener(nullptr);
   return kExitOk;
 }
 
@@ -344,6 +458,8 @@ void AddServeCommand(CLI::App& app, const GlobalOptions& global, Action* action)
   cmd->add_option("--tick", options->tick_s, "Seconds between expiry/idle/queue sweeps")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  cmd->add_option("--alert-webhook", options->alert_webhook,
+                  "POST every alert that fires or clears, as JSON, to this http:// URL");
   cmd->callback([options, action, &global] {
     *action = [options, &global] { return RunServe(global, *options); };
   });

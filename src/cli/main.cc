@@ -3,6 +3,13 @@
 
 #include "common.h"
 
+namespace gpuslice::cli {
+// gpuslice top (command_top.cc).
+void AddTopCommand(CLI::App& app, const GlobalOptions& global, Action* action);
+// gpuslice report usage (command_report.cc).
+void AddReportCommand(CLI::App& app, const GlobalOptions& global, Action* action);
+}  // namespace gpuslice::cli
+
 int main(int argc, char** argv) {
   using namespace gpuslice::cli;
   CLI::App app(
@@ -18,13 +25,15 @@ int main(int argc, char** argv) {
       "  gpuslice assert -f mig.yaml -c NAME  check it is applied\n"
       "  gpuslice export                      the current layout as a mig-parted config\n"
       "  gpuslice status                      instances, UUIDs, memory and processes per GPU\n"
+      "  gpuslice top                         watch the GPUs and slices live (q quits)\n"
       "  gpuslice doctor                      pre-deployment checklist for this node\n\n"
       "Plan a fleet:\n"
       "  gpuslice plan -w workloads.yaml -f fleet.yaml -o out   layouts, cost, savings, configs\n\n"
       "Hand out slices (the allocation service):\n"
       "  gpuslice serve                       start it (local GPUs, or a simulated fleet)\n"
       "  gpuslice acquire --class small --purpose \"...\"   get a slice; leases, renew, release\n"
-      "  gpuslice admin tenant|user|class ...  administer; gpuslice audit  who took what, why\n\n"
+      "  gpuslice admin tenant|user|class ...  administer; gpuslice audit  who took what, why\n"
+      "  gpuslice report usage --since 7d     peak/typical use per workload, what to re-size\n\n"
       "Choose a placement policy:\n"
       "  gpuslice replay --nodes nodes.csv --pods pods.csv   replay a trace under every policy\n",
       "gpuslice");
@@ -43,6 +52,7 @@ int main(int argc, char** argv) {
   AddSimCommand(app, global, &action);
   AddApplyCommands(app, global, &action);
   AddStatusCommand(app, global, &action);
+  AddTopCommand(app, global, &action);
   AddDoctorCommand(app, global, &action);
   AddPlanCommand(app, global, &action);
   AddReplayCommand(app, global, &action);
@@ -51,6 +61,7 @@ int main(int argc, char** argv) {
   AddRunCommands(app, global, &action);
   AddAgentCommand(app, global, &action);
   AddNodeCommands(app, global, &action);
+  AddReportCommand(app, global, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -12,8 +12,9 @@ namespace {
 using json = nlohmann::json;
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
-// Every kind, for the zero-valued series of gpuslice_alerts.
-const std::vector<std::pair<std::string, std::string>>& Kinds() {
+}  // namespace
+
+const std::vector<std::pair<std::string, std::string>>& AlertKinds() {
   static const std::vector<std::pair<std::string, std::string>> kKinds = {
       {"idle", "warning"},           {"memory_high", "warning"},
       {"out_of_memory", "critical"}, {"process_exited", "warning"},
@@ -23,8 +24,10 @@ const std::vector<std::pair<std::string, std::string>>& Kinds() {
   return kKinds;
 }
 
+namespace {
+
 std::string SeverityOf(const std::string& kind) {
-  for (const auto& [name, severity] : Kinds()) {
+  for (const auto& [name, severity] : AlertKinds()) {
     if (name == kind) return severity;
   }
   return "warning";
@@ -326,7 +329,7 @@ std::vector<Family> AlertTracker::Families(const std::string& host) const {
   Family active;
   active.name = "gpuslice_alerts";
   active.help = "Active alerts on this machine, by kind and severity.";
-  for (const auto& [kind, severity] : Kinds()) {
+  for (const auto& [kind, severity] : AlertKinds()) {
     const auto count = std::count_if(active_.begin(), active_.end(),
                                      [&](const auto& entry) { return entry.second.kind == kind; });
     active.samples.push_back(
@@ -336,7 +339,7 @@ std::vector<Family> AlertTracker::Families(const std::string& host) const {
   fired.name = "gpuslice_alerts_fired_total";
   fired.help = "Alerts fired on this machine since the collector started, by kind.";
   fired.type = MetricType::kCounter;
-  for (const auto& [kind, severity] : Kinds()) {
+  for (const auto& [kind, severity] : AlertKinds()) {
     const auto it = fired_total_.find(kind);
     fired.samples.push_back({{{"kind", kind}, {"Hostname", host}},
                              static_cast<double>(it == fired_total_.end() ? 0 : it->second)});

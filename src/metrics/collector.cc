@@ -156,12 +156,15 @@ MachineFigures Collect(device::Backend& backend, const std::string& host) {
     }
     machine.gpus.push_back(std::move(gpu));
   }
+  return machine;
+}
+
+void CollectXids(device::Backend& backend, MachineFigures& machine) {
   if (absl::StatusOr<std::vector<device::XidEvent>> xids = backend.TakeXidEvents(); xids.ok()) {
-    machine.xids = *std::move(xids);
+    machine.xids.insert(machine.xids.end(), xids->begin(), xids->end());
   } else if (!NotGiven(xids.status())) {
     machine.errors.push_back(absl::StrCat("Xid events: ", xids.status().message()));
   }
-  return machine;
 }
 
 const std::vector<std::pair<std::uint64_t, std::string>>& ThrottleReasonNames() {

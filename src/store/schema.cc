@@ -53,6 +53,16 @@ const std::vector<std::vector<std::string>>& Steps() {
       {
           "ALTER TABLE nodes ADD COLUMN layout TEXT NOT NULL DEFAULT ''",
       },
+      // 5: usage history (gpuslice/alloc/usage.h): per lease, 1-minute buckets (kept a day) and
+      // 1-hour buckets (kept 90 days) of sample counts, peaks and sums.
+      {
+          "CREATE TABLE usage (lease BIGINT NOT NULL, bucket_start BIGINT NOT NULL, bucket_s "
+          "BIGINT NOT NULL, samples BIGINT NOT NULL, memory_peak_mib BIGINT NOT NULL, "
+          "memory_sum_mib BIGINT NOT NULL, memory_total_mib BIGINT NOT NULL, activity_samples "
+          "BIGINT NOT NULL, activity_peak_cpct BIGINT NOT NULL, activity_sum_cpct BIGINT NOT "
+          "NULL, processes_peak BIGINT NOT NULL, PRIMARY KEY (lease, bucket_start, bucket_s))",
+          "CREATE INDEX usage_by_age ON usage (bucket_s, bucket_start)",
+      },
   };
   return steps;
 }

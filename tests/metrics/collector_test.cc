@@ -200,7 +200,6 @@ TEST(CollectorStandaloneTest, AnUnreadableGpuListGivesNoGpusAndAnError) {
   EXPECT_THAT(*text, HasSubstr("gpuslice_collect_errors{Hostname=\"h\"} 1\n"));
 }
 
-
 namespace {
 
 absl::Status SetTelemetry(device::SimBackend& backend, int gpu,
@@ -292,10 +291,13 @@ TEST_F(CollectorTest, XidEventsAreTakenOnce) {
                     [&](SimMachine& machine) { return machine.InjectXid(0, 48, big_gi_, 0); })
           .ok());
   MachineFigures machine = Collect(*backend_, "node-a");
+  EXPECT_TRUE(machine.xids.empty()) << "a scrape does not take them";
+  CollectXids(*backend_, machine);
   ASSERT_EQ(machine.xids.size(), 1u);
   EXPECT_EQ(machine.xids[0].xid, 48u);
   EXPECT_EQ(machine.xids[0].gi, big_gi_);
   machine = Collect(*backend_, "node-a");
+  CollectXids(*backend_, machine);
   EXPECT_TRUE(machine.xids.empty());
 }
 

@@ -36,6 +36,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -48,6 +49,8 @@
 #include "absl/status/statusor.h"
 #include "gpuslice/alloc/binder.h"
 #include "gpuslice/alloc/layout.h"
+#include "gpuslice/alloc/usage.h"
+#include "gpuslice/metrics/alerts.h"
 #include "gpuslice/place/cluster.h"
 #include "gpuslice/place/engine.h"
 #include "gpuslice/store/database.h"
@@ -172,6 +175,10 @@ struct Assignment {
   std::string node;
   std::vector<place::GpuClaim> claims;
   std::vector<BoundDevice> bound;  // as last reported (empty until the agent has set it up)
+  // For the agent's metrics and alerts.
+  std::string tenant;
+  std::string class_name;
+  std::int64_t idle_timeout_s = 0;  // the class's (0: never reclaimed for idling)
 };
 
 // A layout an admin asks for: a mig-parted config (YAML or JSON text, as `gpuslice plan -o` writes
@@ -276,6 +283,21 @@ class Service {
       const Caller& caller, const std::string& host,
       const std::map<std::int64_t, std::int64_t>& idle_s, std::int64_t valid_s);
 
+  // ---- usage history (gpuslice/alloc/usage.h)
+  // Records one sample, taken now, per lease of `host` (admin or agent role) into the lease's
+  // 1-minute bucket. Leases not active on `host` are ignored and returned; bad figures are
+  // InvalidArgument, an unknown host NotFound. Staged and committed with the group commit (one
+  // statement per lease); returns once durable. Tick rolls minute buckets older than a day up
+  // into hour buckets and deletes hour buckets older than 90 days, at most once a minute.
+  absl::StatusOr<std::vector<std::int64_t>> RecordUsage(
+      const Caller& caller, const std::string& host,
+      const std::map<std::int64_t, UsageFigures>& samples);
+  // The usage report over the buckets of the last `since_s` seconds (1..90 days), grouped by
+  // `by`, with the workloads' verdicts. Admins see every tenant, a tenant's user only its own
+  // tenant's leases; agents are refused.
+  absl::StatusOr<alloc::UsageReport> UsageReport(const Caller& caller, std::int64_t since_s,
+                                                 UsageGroupBy by);
+
   // ---- layouts (setting and clearing: admin; reading: admin or agent)
   // Fixes the MIG layout of a reported machine's GPUs (gpuslice/alloc/layout.h). When leases
   // stand in the way, nothing changes and the outcome names them; otherwise the layout is stored
@@ -293,6 +315,26 @@ class Service {
   // The agent carried out `generation` (message empty) or failed to (message says why).
   absl::Status ReportLayout(const Caller& caller, const std::string& host, std::int64_t generation,
                             const std::string& message);
+
+  // ---- alerts (gpuslice/metrics/alerts.h; reporting: admin or agent; reading: any user)
+  // A machine's alert changes, as its collector found them (the agent's, or serve's for its own
+  // machine): fired alerts become active and are audited as `alert.fire`, cleared ones end and
+  // are audited as `alert.clear`, with the alert as detail. An alert fired again while active,
+  // or cleared while not active, changes nothing. Alerts are kept in memory: the active ones, and
+  // the last kRecentAlerts that ended (the audit keeps them all). Once the changes are durable,
+  // the alert listener (SetAlertListener) is told of each.
+  absl::Status ReportAlerts(const Caller& caller, const std::string& host,
+                            const metrics::AlertChanges& changes);
+  struct AlertList {
+    std::vector<metrics::Alert> active;  // by host, then key
+    std::vector<metrics::Alert> recent;  // ended, newest first
+  };
+  // Active and recently ended alerts. Admins and agents see all; a tenant's user only alerts on
+  // devices its tenant holds.
+  absl::StatusOr<AlertList> Alerts(const Caller& caller);
+  // Called (outside the service's locks) for every alert that fired (`fired`) or cleared.
+  void SetAlertListener(std::function<void(const metrics::Alert&, bool fired)> listener);
+  static constexpr std::size_t kRecentAlerts = 1000;
 
   // A copy of the inventory with every active lease placed on it.
   place::Cluster Occupancy();
@@ -363,6 +405,9 @@ class Service {
   absl::Status EndLease(std::int64_t lease_id, const std::string& state, const Caller& actor);
   absl::StatusOr<int> GrantQueued();
   void Renumber();
+  // Stages the usage roll-up (minute buckets due into hours, expired hours deleted) when the
+  // last one was staged a minute or more ago (mutex_ held; service_usage.cc).
+  void StageUsageRollUp(std::int64_t now);
 
   // Lock order: mutex_, then db_mutex_; commit_mutex_ is never held with another.
   std::mutex mutex_;     // the in-memory state below and pending_
@@ -389,6 +434,9 @@ class Service {
     std::int64_t valid_until = 0;
   };
   std::map<std::int64_t, RemoteIdle> remote_idle_;  // by lease, from agents' usage reports
+  std::map<std::string, std::map<std::string, metrics::Alert>> alerts_;  // by host, then key
+  std::deque<metrics::Alert> recent_alerts_;                             // newest first
+  std::function<void(const metrics::Alert&, bool)> alert_listener_;      // under mutex_
   std::set<std::string> user_names_;
   struct Active {
     Lease lease;
@@ -404,7 +452,8 @@ class Service {
     place::Request placement;
     std::int64_t ttl_s = 0;
   };
-  std::vector<Queued> queue_;  // in service order
+  std::vector<Queued> queue_;           // in service order
+  std::int64_t last_usage_rollup_ = 0;  // when StageUsageRollUp last staged (service clock)
   std::int64_t next_lease_ = 1;
   std::int64_t next_queue_ = 1;
   std::int64_t next_audit_ = 1;

@@ -57,6 +57,9 @@ struct Alert {
   friend bool operator==(const Alert&, const Alert&) = default;
 };
 
+// Every kind with its severity, in a fixed order.
+const std::vector<std::pair<std::string, std::string>>& AlertKinds();
+
 nlohmann::json AlertToJson(const Alert& alert);
 // InvalidArgument naming the field for a malformed alert.
 absl::StatusOr<Alert> AlertFromJson(const nlohmann::json& json);

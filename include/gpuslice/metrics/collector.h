@@ -75,13 +75,18 @@ struct GpuFigures {
 struct MachineFigures {
   std::string host;
   std::vector<GpuFigures> gpus;
-  std::vector<device::XidEvent> xids;  // critical Xid events since the previous collection
+  std::vector<device::XidEvent> xids;  // critical Xid events taken by CollectXids
   std::vector<std::string> errors;     // one line per query that failed
 };
 
 // Reads the machine's figures through `backend`. Never fails as a whole: a GPU list that cannot
 // be read gives no GPUs and an error line.
 MachineFigures Collect(device::Backend& backend, const std::string& host);
+
+// Takes the backend's Xid events (those since the previous call) into `machine.xids`. Separate
+// from Collect because taking them drains them: only the one loop that feeds the alerts
+// (metrics/alerts.h) calls it, so that scrapes in between do not steal them.
+void CollectXids(device::Backend& backend, MachineFigures& machine);
 
 // A device a lease holds, to tie its series to the lease and tenant.
 struct Holder {

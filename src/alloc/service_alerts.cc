@@ -1,0 +1,95 @@
+// The allocation service's alerts (service.h, "alerts"): what machines' collectors report, kept
+// in memory, audited, and passed on to a listener (serve's webhook).
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "service_internal.h"
+
+namespace gpuslice::alloc {
+
+using internal::json;
+using internal::kMaxTextBytes;
+using internal::NeedAdminOrAgent;
+
+namespace {
+
+// An alert as the service keeps it: the host is the reporting machine's, text fields clipped.
+metrics::Alert Kept(const metrics::Alert& in, const std::string& host) {
+  metrics::Alert out = in;
+  out.host = host;
+  out.key = out.key.substr(0, kMaxTextBytes);
+  out.message = out.message.substr(0, kMaxTextBytes);
+  out.kind = out.kind.substr(0, 64);
+  return out;
+}
+
+}  // namespace
+
+absl::Status Service::ReportAlerts(const Caller& caller, const std::string& host,
+                                   const metrics::AlertChanges& changes) {
+  std::vector<std::pair<metrics::Alert, bool>> told;
+  std::function<void(const metrics::Alert&, bool)> listener;
+  absl::Status status = Changing([&]() -> absl::Status {
+    if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
+    if (!remotes_.contains(host)) {
+      return absl::NotFoundError(absl::StrCat("machine '", host, "' has not reported"));
+    }
+    std::map<std::string, metrics::Alert>& active = alerts_[host];
+    for (const metrics::Alert& in : changes.fired) {
+      metrics::Alert alert = Kept(in, host);
+      alert.cleared = 0;
+      if (alert.since <= 0) alert.since = Now();
+      if (active.contains(alert.key)) continue;
+      Audited(caller, alert.tenant, "alert.fire", absl::StrCat(host, " ", alert.kind), "",
+              metrics::AlertToJson(alert).dump());
+      active.emplace(alert.key, alert);
+      told.emplace_back(alert, true);
+    }
+    for (const metrics::Alert& in : changes.cleared) {
+      metrics::Alert alert = Kept(in, host);
+      auto it = active.find(alert.key);
+      if (it == active.end()) continue;
+      metrics::Alert ended = it->second;
+      ended.cleared = alert.cleared > 0 ? alert.cleared : Now();
+      active.erase(it);
+      Audited(caller, ended.tenant, "alert.clear", absl::StrCat(host, " ", ended.kind), "",
+              metrics::AlertToJson(ended).dump());
+      recent_alerts_.push_front(ended);
+      if (recent_alerts_.size() > kRecentAlerts) recent_alerts_.pop_back();
+      told.emplace_back(ended, false);
+    }
+    listener = alert_listener_;
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  if (listener) {
+    for (const auto& [alert, fired] : told) listener(alert, fired);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Service::AlertList> Service::Alerts(const Caller& caller) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const bool everything = caller.role == Role::kAdmin || caller.role == Role::kAgent;
+  auto visible = [&](const metrics::Alert& alert) {
+    return everything || (!caller.tenant.empty() && alert.tenant == caller.tenant);
+  };
+  AlertList list;
+  for (const auto& [host, active] : alerts_) {
+    for (const auto& [key, alert] : active) {
+      if (visible(alert)) list.active.push_back(alert);
+    }
+  }
+  for (const metrics::Alert& alert : recent_alerts_) {
+    if (visible(alert)) list.recent.push_back(alert);
+  }
+  return list;
+}
+
+void Service::SetAlertListener(std::function<void(const metrics::Alert&, bool fired)> listener) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  alert_listener_ = std::move(listener);
+}
+
+}  // namespace gpuslice::alloc
