@@ -296,6 +296,14 @@ absl::StatusOr<Activity> SimBackend::SampleActivity(int gpu, std::optional<int> 
 
 absl::StatusOr<std::vector<XidEvent>> SimBackend::TakeXidEvents() {
   std::vector<XidEvent> out;
+  // Look first, so that the state file is rewritten only when there is something to take.
+  bool waiting = false;
+  absl::Status looked = Run("TakeXidEvents", false, [&](SimMachine& machine) {
+    waiting = !machine.state().xids.empty();
+    return static_cast<int>(kNvmlSuccess);
+  });
+  if (!looked.ok()) return looked;
+  if (!waiting) return out;
   absl::Status status = Run("TakeXidEvents", true, [&](SimMachine& machine) {
     machine.TakeXids(&out);
     return static_cast<int>(kNvmlSuccess);

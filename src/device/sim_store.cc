@@ -67,6 +67,21 @@ class FileLock {
   int fd_ = -1;
 };
 
+// An exclusive flock on a descriptor the caller keeps open.
+class HeldLock {
+ public:
+  explicit HeldLock(int fd) : fd_(fd >= 0 && ::flock(fd, LOCK_EX) == 0 ? fd : -1) {}
+  ~HeldLock() {
+    if (fd_ >= 0) ::flock(fd_, LOCK_UN);
+  }
+  HeldLock(const HeldLock&) = delete;
+  HeldLock& operator=(const HeldLock&) = delete;
+  bool ok() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
 absl::Status WriteAtomically(const std::string& path, const std::string& text) {
   const std::string temp = path + ".tmp." + std::to_string(::getpid());
   {
@@ -317,6 +332,17 @@ absl::Status SimStore::Create(const std::string& path, const SimState& state, bo
   return WriteAtomically(path, ToJson(state));
 }
 
+SimStore::~SimStore() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+int SimStore::LockFd() {
+  if (lock_fd_ < 0) {
+    lock_fd_ = ::open((path_ + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  }
+  return lock_fd_;
+}
+
 absl::Status SimStore::LoadIfChanged() {
   struct stat info {};
   if (::stat(path_.c_str(), &info) != 0) {
@@ -352,7 +378,7 @@ absl::Status SimStore::Save() {
 
 absl::Status SimStore::Update(
     const std::function<bool(SimState& state, const std::function<void()>& save)>& fn) {
-  FileLock lock(path_ + ".lock");
+  HeldLock lock(LockFd());
   if (!lock.ok()) return absl::PermissionDeniedError("cannot lock " + path_ + ".lock");
   if (absl::Status status = LoadIfChanged(); !status.ok()) return status;
   const std::function<void()> save = [this] { (void)Save(); };
@@ -361,7 +387,7 @@ absl::Status SimStore::Update(
 }
 
 absl::StatusOr<SimState> SimStore::Read() {
-  FileLock lock(path_ + ".lock");
+  HeldLock lock(LockFd());
   if (!lock.ok()) return absl::PermissionDeniedError("cannot lock " + path_ + ".lock");
   if (absl::Status status = LoadIfChanged(); !status.ok()) return status;
   return state_;

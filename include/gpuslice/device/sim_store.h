@@ -40,9 +40,14 @@ class SimStore {
   absl::StatusOr<SimState> Read();
 
   const std::string& path() const { return path_; }
+  ~SimStore();
+  SimStore(const SimStore&) = delete;
+  SimStore& operator=(const SimStore&) = delete;
 
  private:
   explicit SimStore(std::string path) : path_(std::move(path)) {}
+  // The lock file's descriptor, opened once and kept (each call only flocks it); -1 on failure.
+  int LockFd();
   absl::Status LoadIfChanged();
   absl::Status Save();
 
@@ -52,6 +57,7 @@ class SimStore {
   std::timespec mtime_{};
   long long size_ = -1;
   unsigned long long inode_ = 0;
+  int lock_fd_ = -1;
 };
 
 }  // namespace gpuslice::device::sim
