@@ -303,35 +303,41 @@ std::vector<Family> Families(const MachineFigures& machine, const std::vector<Ho
                         "absent).");
   errors.samples.push_back(
       {{{"Hostname", machine.host}}, static_cast<double>(machine.errors.size())});
-  return {used,
-          free,
-          total,
-          mig,
-          processes,
-          process_memory,
-          lost,
-          temperature,
-          power,
-          power_limit,
-          sm_clock,
-          mem_clock,
-          utilization,
-          copy_utilization,
-          throttle_bits,
-          throttled,
-          ecc_sbe,
-          ecc_dbe,
-          rows_correctable,
-          rows_uncorrectable,
-          remap_failure,
-          remap_pending,
-          sm_active,
-          sm_occupancy,
-          dram_active,
-          info,
-          idle,
-          limit,
-          errors};
+  // Moved, not copied: an initializer list would copy every sample.
+  std::vector<Family> out;
+  out.reserve(29);
+  for (Family* family : {&used,
+                         &free,
+                         &total,
+                         &mig,
+                         &processes,
+                         &process_memory,
+                         &lost,
+                         &temperature,
+                         &power,
+                         &power_limit,
+                         &sm_clock,
+                         &mem_clock,
+                         &utilization,
+                         &copy_utilization,
+                         &throttle_bits,
+                         &throttled,
+                         &ecc_sbe,
+                         &ecc_dbe,
+                         &rows_correctable,
+                         &rows_uncorrectable,
+                         &remap_failure,
+                         &remap_pending,
+                         &sm_active,
+                         &sm_occupancy,
+                         &dram_active,
+                         &info,
+                         &idle,
+                         &limit,
+                         &errors}) {
+    out.push_back(std::move(*family));
+  }
+  return out;
 }
 
 }  // namespace gpuslice::metrics

@@ -113,7 +113,17 @@ absl::Status Validate(const std::vector<Family>& families) {
 
 absl::StatusOr<std::string> Write(const std::vector<Family>& families) {
   if (absl::Status status = Validate(families); !status.ok()) return status;
+  // One allocation for the whole text (a scrape of a busy machine is 100+ KB).
+  std::size_t estimate = 0;
+  for (const Family& family : families) {
+    estimate += 2 * family.name.size() + family.help.size() + 32;
+    for (const Sample& sample : family.samples) {
+      estimate += family.name.size() + 32;
+      for (const auto& [name, value] : sample.labels) estimate += name.size() + value.size() + 4;
+    }
+  }
   std::string out;
+  out.reserve(estimate);
   for (const Family& family : families) {
     absl::StrAppend(&out, "# HELP ", family.name, " ", Escape(family.help, false), "\n");
     absl::StrAppend(&out, "# TYPE ", family.name, " ",

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/webhook_receiver.h"
 #include "nlohmann/json.hpp"
 
 namespace gpuslice::cli {
@@ -21,44 +22,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class Receiver {
- public:
-  explicit Receiver(int status) {
-    server_.Post("/hook", [this, status](const httplib::Request& req, httplib::Response& res) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        bodies_.push_back(req.body);
-      }
-      res.status = status;
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-  }
-  ~Receiver() {
-    server_.stop();
-    thread_.join();
-  }
-  int port() const { return port_; }
-  std::vector<std::string> bodies() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return bodies_;
-  }
-  // Waits (at most 20 s) until `n` bodies arrived.
-  bool WaitFor(std::size_t n) {
-    for (int i = 0; i < 200; ++i) {
-      if (bodies().size() >= n) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
-  }
-
- private:
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
-  std::mutex mutex_;
-  std::vector<std::string> bodies_;
-};
+using Receiver = testing::WebhookReceiver;
 
 metrics::Alert Xid() {
   metrics::Alert a;

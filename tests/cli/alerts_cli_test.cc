@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli/serve_process.h"
+#include "cli/webhook_receiver.h"
 #include "nlohmann/json.hpp"
 
 #ifndef GPUSLICE_BINARY
@@ -41,27 +42,13 @@ gpuslice::cli::testing::CommandResult Gpuslice(const std::string& args) {
   return gpuslice::cli::testing::RunGpuslice(args, true);
 }
 
-// The webhook's receiver: every POST body, in order.
-class Receiver {
+// The webhook's receiver, with the alerts it was sent.
+class Receiver : public gpuslice::cli::testing::WebhookReceiver {
  public:
-  Receiver() {
-    server_.Post("/hook", [this](const httplib::Request& req, httplib::Response& res) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      posts_.push_back(json::parse(req.body, nullptr, false));
-      res.status = 200;
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-  }
-  ~Receiver() {
-    server_.stop();
-    thread_.join();
-  }
-  int port() const { return port_; }
   // The first post with this status and alert kind (null json when none).
   json Find(const std::string& status, const std::string& kind) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const json& post : posts_) {
+    for (const std::string& body : bodies()) {
+      const json post = json::parse(body, nullptr, false);
       if (post.is_object() && post["status"] == status && post["alert"]["kind"] == kind) {
         return post;
       }
@@ -69,18 +56,10 @@ class Receiver {
     return json();
   }
   std::string All() {
-    std::lock_guard<std::mutex> lock(mutex_);
     std::string out;
-    for (const json& post : posts_) out += post.dump() + "\n";
+    for (const std::string& body : bodies()) out += body + "\n";
     return out;
   }
-
- private:
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
-  std::mutex mutex_;
-  std::vector<json> posts_;
 };
 
 class AlertsCliTest : public ServeFixture {
@@ -94,7 +73,7 @@ class AlertsCliTest : public ServeFixture {
     url_ = "http://127.0.0.1:" + std::to_string(port_);
     std::vector<std::string> args = ServeArgs("1xA100-80GB", dir_, port_);
     args.push_back("--alert-webhook");
-    args.push_back("http://127.0.0.1:" + std::to_string(receiver_.port()) + "/hook");
+    args.push_back(receiver_.url());
     server_.Start(args, dir_ + "/serve.log");
     ASSERT_TRUE(server_.WaitHealthy(port_)) << server_.Output();
     admin_token_ = FirstLine(ReadFile(dir_ + "/t"));
