@@ -170,28 +170,12 @@ absl::StatusOr<alloc::UsageReport> Service::UsageReport(const Caller& caller, st
     std::vector<Value> params = {since, until};
     if (!all) params.push_back(caller.tenant);
     absl::StatusOr<store::Result> rows = db_->Query(
-        absl::StrCat("SELECT lease, bucket_start, bucket_s, samples, memory_peak_mib, "
-                     "memory_sum_mib, memory_total_mib, activity_samples, activity_peak_cpct, "
-                     "activity_sum_cpct, processes_peak FROM usage WHERE bucket_start + bucket_s "
-                     "> ? AND bucket_start < ?",
+        absl::StrCat("SELECT ", kUsageBucketColumns,
+                     " FROM usage WHERE bucket_start + bucket_s > ? AND bucket_start < ?",
                      of_tenant, " ORDER BY lease, bucket_s, bucket_start"),
         params);
     if (!rows.ok()) return rows.status();
-    for (const store::Row& row : rows->rows) {
-      UsageBucket b;
-      b.lease = store::AsInt(row[0]);
-      b.start = store::AsInt(row[1]);
-      b.length = store::AsInt(row[2]);
-      b.samples = store::AsInt(row[3]);
-      b.memory_peak_mib = store::AsInt(row[4]);
-      b.memory_sum_mib = store::AsInt(row[5]);
-      b.memory_total_mib = store::AsInt(row[6]);
-      b.activity_samples = store::AsInt(row[7]);
-      b.activity_peak_cpct = store::AsInt(row[8]);
-      b.activity_sum_cpct = store::AsInt(row[9]);
-      b.processes_peak = store::AsInt(row[10]);
-      buckets.push_back(b);
-    }
+    for (const store::Row& row : rows->rows) buckets.push_back(UsageBucketFromRow(row));
     std::vector<Value> lease_params = {since, until};
     if (!all) lease_params.push_back(caller.tenant);
     absl::StatusOr<store::Result> stored = db_->Query(

@@ -550,4 +550,20 @@ std::string PlanWorkloadsYaml(const UsageReport& report, const UsagePolicy& poli
   return out;
 }
 
+UsageBucket UsageBucketFromRow(const store::Row& row) {
+  UsageBucket b;
+  b.lease = store::AsInt(row[0]);
+  b.start = store::AsInt(row[1]);
+  b.length = store::AsInt(row[2]);
+  b.samples = store::AsInt(row[3]);
+  b.memory_peak_mib = store::AsInt(row[4]);
+  b.memory_sum_mib = store::AsInt(row[5]);
+  b.memory_total_mib = store::AsInt(row[6]);
+  b.activity_samples = store::AsInt(row[7]);
+  b.activity_peak_cpct = store::AsInt(row[8]);
+  b.activity_sum_cpct = store::AsInt(row[9]);
+  b.processes_peak = store::AsInt(row[10]);
+  return b;
+}
+
 }  // namespace gpuslice::alloc

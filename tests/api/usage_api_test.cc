@@ -88,27 +88,12 @@ class UsageApiTest : public testing::ApiFixture {
         store::OpenSqlite(dir_.path() + "/api.db");
     EXPECT_TRUE(db.ok()) << db.status();
     if (!db.ok()) return {};
-    absl::StatusOr<store::Result> rows = (*db)->Query(
-        "SELECT lease, bucket_start, bucket_s, samples, memory_peak_mib, memory_sum_mib, "
-        "memory_total_mib, activity_samples, activity_peak_cpct, activity_sum_cpct, "
-        "processes_peak FROM usage ORDER BY lease, bucket_s, bucket_start");
+    absl::StatusOr<store::Result> rows =
+        (*db)->Query(absl::StrCat("SELECT ", alloc::kUsageBucketColumns,
+                                  " FROM usage ORDER BY lease, bucket_s, bucket_start"));
     EXPECT_TRUE(rows.ok()) << rows.status();
     std::vector<alloc::UsageBucket> out;
-    for (const store::Row& row : rows->rows) {
-      alloc::UsageBucket b;
-      b.lease = store::AsInt(row[0]);
-      b.start = store::AsInt(row[1]);
-      b.length = store::AsInt(row[2]);
-      b.samples = store::AsInt(row[3]);
-      b.memory_peak_mib = store::AsInt(row[4]);
-      b.memory_sum_mib = store::AsInt(row[5]);
-      b.memory_total_mib = store::AsInt(row[6]);
-      b.activity_samples = store::AsInt(row[7]);
-      b.activity_peak_cpct = store::AsInt(row[8]);
-      b.activity_sum_cpct = store::AsInt(row[9]);
-      b.processes_peak = store::AsInt(row[10]);
-      out.push_back(b);
-    }
+    for (const store::Row& row : rows->rows) out.push_back(alloc::UsageBucketFromRow(row));
     return out;
   }
 

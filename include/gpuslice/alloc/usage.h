@@ -47,6 +47,7 @@
 #include "absl/status/status.h"
 #include "gpuslice/alloc/binder.h"
 #include "gpuslice/metrics/collector.h"
+#include "gpuslice/store/database.h"
 
 namespace gpuslice::alloc {
 
@@ -190,5 +191,12 @@ std::string PlanWorkloadsYaml(const UsageReport& report, const UsagePolicy& poli
 std::string WorkloadName(std::string_view purpose);
 // The planner kind a purpose suggests ("notebook", "fine-tune", "batch", "inference"), or "".
 std::string GuessKind(std::string_view purpose);
+
+// The store's `usage` table: the columns a bucket is read from, in this order, and one row of
+// them made a bucket.
+inline constexpr const char* kUsageBucketColumns =
+    "lease, bucket_start, bucket_s, samples, memory_peak_mib, memory_sum_mib, memory_total_mib, "
+    "activity_samples, activity_peak_cpct, activity_sum_cpct, processes_peak";
+UsageBucket UsageBucketFromRow(const store::Row& row);
 
 }  // namespace gpuslice::alloc
