@@ -59,7 +59,7 @@ absl::StatusOr<place::Cluster> InventoryFromGpus(const std::string& host,
     node.gpus = count;
     node.cpu_milli = cpu_milli * count / total;
     node.memory_mib = memory_mib * count / total;
-    node.mode = key.second ? place::GpuMode::kMig : place::GpuMode::kWhole;
+    node.mode = key.second ? place::GpuMode::kMig : place::GpuMode::kShared;
     node.hardware = models[key.first];
     node.gpu_memory_mib = models[key.first]->memory_mib;
     if (any_fixed && key.second) node.fixed = layouts[key];

@@ -179,6 +179,8 @@ std::map<std::string, std::string> LeaseEnvironment(const Lease& lease) {
     if (first.share_milli > 0) {
       env["GPUSLICE_COMPUTE_SHARE_MILLI"] = absl::StrCat(first.share_milli);
     }
+    // Every process of the lease counts against one accounting (gpuslice/shim/slice_region.h).
+    env["GPUSLICE_SLICE"] = absl::StrCat("lease-", lease.id);
   }
   return env;
 }

@@ -13,7 +13,9 @@
 // Monitoring: with --metrics-listen HOST:PORT the agent answers GET /metrics (Prometheus text,
 // metrics_listener.h) with the families serve gives for its own machine: this machine's GPUs and
 // MIG instances (metrics::Collect, read under the backend's lock, so never in the middle of a
-// round's device changes) and the leases it holds with their idle time as of its latest round.
+// round's device changes), the software slices of this machine (the interposer's accounting files
+// in $GPUSLICE_SHM_DIR, else /dev/shm/gpuslice) and the leases it holds with their idle time as of
+// its latest round.
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -37,6 +39,7 @@
 #include "gpuslice/device/sim_machine.h"
 #include "gpuslice/device/synchronized_backend.h"
 #include "gpuslice/metrics/collector.h"
+#include "gpuslice/shim/slices.h"
 #include "layout_runner.h"
 #include "metrics_listener.h"
 
@@ -174,6 +177,7 @@ class Agent {
       machine = metrics::Collect(*backend_, o_.host);
       metrics::CollectXids(*backend_, machine);
     }
+    metrics::CollectSlices(shim::SliceDirectory(), machine);
     const std::vector<metrics::Holder> holders = PublishHolders(machine);
     ReportUsage(machine);
     ReportAlerts(machine, holders);
@@ -197,8 +201,11 @@ class Agent {
       if (fresh) machine = machine_;
     }
     if (!fresh) {
-      std::unique_lock<std::recursive_mutex> hold = backend_->Lock();
-      machine = metrics::Collect(*backend_, o_.host);
+      {
+        std::unique_lock<std::recursive_mutex> hold = backend_->Lock();
+        machine = metrics::Collect(*backend_, o_.host);
+      }
+      metrics::CollectSlices(shim::SliceDirectory(), machine);
     }
     machine.xids.clear();  // counted by the alert loop's families
     std::vector<metrics::Family> families = metrics::Families(machine, holders);

@@ -1,6 +1,12 @@
 // `gpuslice run -- CMD`: acquire a slice, run CMD on it, renew the lease while CMD runs, release
 // it when CMD ends (also when gpuslice run is signalled). `gpuslice lease show|env|docker-args ID`:
 // what a process or a container needs to use a lease's devices.
+//
+// A share of a GPU is enforced by the CUDA interposer libgpuslice-cuda.so (docs/SHIM.md): for a
+// lease whose environment sets limits, `run` loads it into CMD with LD_PRELOAD (put first, keeping
+// what LD_PRELOAD had), and refuses to run CMD when it cannot find it (the lease is released)
+// unless --no-interposer says to run it unenforced. `lease env` prints LD_PRELOAD too when the
+// interposer is on the machine it runs on.
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -10,14 +16,17 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client.h"
 #include "common.h"
+#include "interposer_path.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -34,6 +43,7 @@ struct RunOptions {
   int share = 0;
   std::int64_t vram = 0, ttl = 0, queue_timeout = 0, setup_timeout = 60;
   bool no_wait = false;
+  bool no_interposer = false;  // run a share's command even without the interposer (unenforced)
   std::vector<std::string> command;
 };
 
@@ -106,16 +116,49 @@ int WaitForGrant(const RunOptions& o, std::int64_t queue_id, json* lease) {
   }
 }
 
-// Runs the command with the lease's environment; renews the lease while it runs; forwards
-// SIGINT/SIGTERM/SIGHUP to it. Returns the command's exit code (128 + signal if it was killed).
+// The lease's environment as the service gives it.
+std::map<std::string, std::string> LeaseEnv(const json& lease) {
+  std::map<std::string, std::string> env;
+  for (const auto& [name, value] : lease["env"].items()) env[name] = value.get<std::string>();
+  return env;
+}
+
+// LD_PRELOAD with this machine's interposer first, keeping what LD_PRELOAD has now.
+std::string PreloadWith(const std::string& interposer) {
+  const char* current = std::getenv("LD_PRELOAD");
+  return PrependPreload(interposer, current != nullptr ? current : "");
+}
+
+// Runs the command with the lease's environment (and the interposer for a share); renews the
+// lease while it runs; forwards SIGINT/SIGTERM/SIGHUP to it. Returns the command's exit code
+// (128 + signal if it was killed). A share whose interposer is not found is released unrun
+// (exit 1) unless --no-interposer.
 int RunCommand(const RunOptions& o, const json& lease) {
   const std::int64_t id = lease["id"].get<std::int64_t>();
   const std::int64_t ttl = std::max<std::int64_t>(
       1, lease["expires_at"].get<std::int64_t>() - lease["granted_at"].get<std::int64_t>());
-  std::vector<std::string> env_lines;
-  for (const auto& [name, value] : lease["env"].items()) {
-    env_lines.push_back(absl::StrCat(name, "=", value.get<std::string>()));
+  std::map<std::string, std::string> env = LeaseEnv(lease);
+  if (NeedsInterposer(env)) {
+    absl::StatusOr<std::string> interposer = FindInterposer();
+    if (interposer.ok()) {
+      env["LD_PRELOAD"] = PreloadWith(*interposer);
+    } else if (o.no_interposer) {
+      std::cerr << "gpuslice run: warning: " << interposer.status().message() << "; lease " << id
+                << "'s share is NOT enforced (--no-interposer)\n";
+    } else {
+      Reply ignored;
+      (void)Call(o.c, "DELETE", absl::StrCat("/v1/leases/", id), nullptr, &ignored);
+      PrintError(absl::StrCat("lease ", id,
+                              " is a share of a GPU, which only the CUDA interposer enforces, and ",
+                              interposer.status().message(),
+                              "; without it the share would not be enforced, so ", o.command[0],
+                              " was not run and the lease is released (--no-interposer runs it "
+                              "anyway)"));
+      return 1;
+    }
   }
+  std::vector<std::string> env_lines;
+  for (const auto& [name, value] : env) env_lines.push_back(absl::StrCat(name, "=", value));
   std::cerr << "gpuslice run: lease " << id << " on " << lease["node"].get<std::string>() << " ["
             << absl::StrJoin(lease["devices"].get<std::vector<std::string>>(), "; ") << "] "
             << absl::StrJoin(env_lines, " ") << "\n";
@@ -125,9 +168,7 @@ int RunCommand(const RunOptions& o, const json& lease) {
     return 1;
   }
   if (pid == 0) {
-    for (const auto& [name, value] : lease["env"].items()) {
-      setenv(name.c_str(), value.get<std::string>().c_str(), 1);
-    }
+    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
     std::vector<char*> argv;
     for (const std::string& arg : o.command) argv.push_back(const_cast<char*>(arg.c_str()));
     argv.push_back(nullptr);
@@ -247,8 +288,9 @@ void AddRunCommands(CLI::App& app, const GlobalOptions& global, Action* action) 
     auto o = std::make_shared<RunOptions>();
     CLI::App* cmd = app.add_subcommand(
         "run",
-        "Acquire a slice, run a command on it (CUDA_VISIBLE_DEVICES set to the slice), renew the "
-        "lease while it runs and release it when it ends. Exits with the command's code");
+        "Acquire a slice, run a command on it (CUDA_VISIBLE_DEVICES set to the slice; for a share, "
+        "LD_PRELOAD set to the CUDA interposer that enforces it), renew the lease while it runs "
+        "and release it when it ends. Exits with the command's code");
     AddConnection(cmd, o->c);
     cmd->add_option("--class", o->class_name, "A class: small, medium, large, full, ...");
     cmd->add_option("--profile", o->profile, "A MIG profile, e.g. 3g.40gb");
@@ -263,6 +305,9 @@ void AddRunCommands(CLI::App& app, const GlobalOptions& global, Action* action) 
     cmd->add_option("--setup-timeout", o->setup_timeout,
                     "Seconds to wait for another machine's agent to set the slice up")
         ->capture_default_str();
+    cmd->add_flag("--no-interposer", o->no_interposer,
+                  "Run a share's command even when the CUDA interposer libgpuslice-cuda.so, which "
+                  "enforces the share, is not found (the share is then not enforced)");
     cmd->add_option("command", o->command, "The command and its arguments, after --")->required();
     cmd->callback([o, action] { *action = [o] { return Run(*o); }; });
   }
@@ -306,8 +351,20 @@ void AddRunCommands(CLI::App& app, const GlobalOptions& global, Action* action) 
               PrintJson(lease["env"]);
               return kExitOk;
             }
-            for (const auto& [name, value] : lease["env"].items()) {
-              std::cout << "export " << name << "='" << value.get<std::string>() << "'\n";
+            const std::map<std::string, std::string> env = LeaseEnv(lease);
+            for (const auto& [name, value] : env) {
+              std::cout << "export " << name << "='" << value << "'\n";
+            }
+            if (NeedsInterposer(env)) {
+              if (absl::StatusOr<std::string> interposer = FindInterposer(); interposer.ok()) {
+                std::cout << "# the CUDA interposer that enforces the share, as installed on this "
+                             "machine (where `gpuslice lease env` ran)\n"
+                          << "export LD_PRELOAD='" << PreloadWith(*interposer) << "'\n";
+              } else {
+                std::cerr << "gpuslice: warning: " << interposer.status().message()
+                          << "; load it with LD_PRELOAD where the lease's processes run, or its "
+                             "share is not enforced\n";
+              }
             }
             return kExitOk;
           }

@@ -31,6 +31,7 @@
 #include "gpuslice/device/sim_machine.h"
 #include "gpuslice/device/synchronized_backend.h"
 #include "gpuslice/metrics/collector.h"
+#include "gpuslice/shim/slices.h"
 #include "gpuslice/store/database.h"
 #include "layout_runner.h"
 
@@ -130,14 +131,16 @@ std::vector<metrics::Holder> LocalHolders(alloc::Service& service,
   return holders;
 }
 
-// One scrape of GET /metrics: this machine's GPUs and MIG instances (through the backend), the
-// leases on them, this machine's alert counters, the fleet's active alerts by machine and kind,
-// and the service's leases and queue by class.
+// One scrape of GET /metrics: this machine's GPUs and MIG instances (through the backend), its
+// software slices (the interposer's accounting files), the leases on them, this machine's alert
+// counters, the fleet's active alerts by machine and kind, and the service's leases and queue by
+// class.
 absl::StatusOr<std::string> Scrape(alloc::Service& service, device::Backend& backend,
                                    std::mutex& idle_mutex, alloc::IdleTracker& idle,
                                    const AlertRunner& alerts) {
   const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin};
-  const metrics::MachineFigures machine = metrics::Collect(backend, Hostname());
+  metrics::MachineFigures machine = metrics::Collect(backend, Hostname());
+  metrics::CollectSlices(shim::SliceDirectory(), machine);
   absl::StatusOr<std::vector<alloc::Lease>> leases = service.Leases(system);
   if (!leases.ok()) return leases.status();
   absl::StatusOr<std::vector<alloc::QueueEntry>> queue = service.Queue(system);

@@ -8,6 +8,8 @@ namespace gpuslice::cli {
 void AddTopCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 // gpuslice report usage (command_report.cc).
 void AddReportCommand(CLI::App& app, const GlobalOptions& global, Action* action);
+// gpuslice measure (command_measure.cc).
+void AddMeasureCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 }  // namespace gpuslice::cli
 
 int main(int argc, char** argv) {
@@ -33,7 +35,8 @@ int main(int argc, char** argv) {
       "  gpuslice serve                       start it (local GPUs, or a simulated fleet)\n"
       "  gpuslice acquire --class small --purpose \"...\"   get a slice; leases, renew, release\n"
       "  gpuslice admin tenant|user|class ...  administer; gpuslice audit  who took what, why\n"
-      "  gpuslice report usage --since 7d     peak/typical use per workload, what to re-size\n\n"
+      "  gpuslice report usage --since 7d     peak/typical use per workload, what to re-size\n"
+      "  gpuslice measure -- CMD              a CUDA command's peak VRAM and smallest slice\n\n"
       "Choose a placement policy:\n"
       "  gpuslice replay --nodes nodes.csv --pods pods.csv   replay a trace under every policy\n",
       "gpuslice");
@@ -62,6 +65,7 @@ int main(int argc, char** argv) {
   AddAgentCommand(app, global, &action);
   AddNodeCommands(app, global, &action);
   AddReportCommand(app, global, &action);
+  AddMeasureCommand(app, global, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -1,8 +1,11 @@
 #include "gpuslice/metrics/collector.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gpuslice/device/nvml_codes.h"
 
@@ -48,6 +51,23 @@ bool NotGiven(const absl::Status& status) {
 
 bool Lost(const absl::Status& status) {
   return device::HasNvmlCode(status, device::kNvmlGpuIsLost);
+}
+
+Family Counter(std::string name, std::string help) {
+  Family family = Gauge(std::move(name), std::move(help));
+  family.type = MetricType::kCounter;
+  return family;
+}
+
+// A slice's labels: slice, UUID (its GPU), Hostname, and lease for the slice of a lease
+// ("lease-<id>", as `gpuslice run` names it through GPUSLICE_SLICE).
+Labels SliceLabels(const std::string& host, const shim::SliceSnapshot& slice) {
+  Labels labels = {{"slice", slice.id}, {"UUID", slice.gpu_uuid}, {"Hostname", host}};
+  const std::string lease = absl::StartsWith(slice.id, "lease-") ? slice.id.substr(6) : "";
+  if (!lease.empty() && std::all_of(lease.begin(), lease.end(), absl::ascii_isdigit)) {
+    labels.emplace_back("lease", lease);
+  }
+  return labels;
 }
 
 }  // namespace
@@ -165,6 +185,14 @@ void CollectXids(device::Backend& backend, MachineFigures& machine) {
   } else if (!NotGiven(xids.status())) {
     machine.errors.push_back(absl::StrCat("Xid events: ", xids.status().message()));
   }
+}
+
+void CollectSlices(const std::string& directory, MachineFigures& machine) {
+  shim::SliceList list = shim::ListSlices(directory);
+  for (std::string& error : list.errors) {
+    machine.errors.push_back(absl::StrCat("software slices: ", error));
+  }
+  machine.slices = std::move(list.slices);
 }
 
 const std::vector<std::pair<std::uint64_t, std::string>>& ThrottleReasonNames() {
@@ -298,6 +326,45 @@ std::vector<Family> Families(const MachineFigures& machine, const std::vector<Ho
       limit.samples.push_back({labels, static_cast<double>(holder.vram_limit_mib)});
     }
   }
+  Family slice_used = Gauge("gpuslice_slice_vram_used_bytes",
+                            "Device memory held by the live processes of a software slice.");
+  Family slice_cap = Gauge("gpuslice_slice_vram_cap_bytes", "The VRAM cap of a software slice.");
+  Family slice_peak =
+      Gauge("gpuslice_slice_vram_peak_bytes", "The most device memory a software slice ever held.");
+  Family slice_share =
+      Gauge("gpuslice_slice_compute_share", "The compute share of a software slice (ratio 0-1).");
+  Family slice_processes = Gauge("gpuslice_slice_processes", "Live processes of a software slice.");
+  Family slice_kernel =
+      Counter("gpuslice_slice_kernel_seconds_total", "GPU time of a software slice's kernels.");
+  Family slice_throttled =
+      Counter("gpuslice_slice_throttled_seconds_total",
+              "Time a software slice's launches were held back for its compute share.");
+  Family slice_launches =
+      Counter("gpuslice_slice_launches_total", "Kernel and graph launches of a software slice.");
+  Family slice_refused = Counter("gpuslice_slice_refused_allocations_total",
+                                 "Device memory allocations refused at a software slice's cap.");
+  Family slice_reclaimed = Counter(
+      "gpuslice_slice_reclaimed_processes_total",
+      "Dead processes of a software slice whose device memory was given back to the slice.");
+  for (const shim::SliceSnapshot& slice : machine.slices) {
+    const Labels labels = SliceLabels(machine.host, slice);
+    slice_used.samples.push_back({labels, static_cast<double>(slice.used_bytes)});
+    if (slice.cap_bytes > 0) {
+      slice_cap.samples.push_back({labels, static_cast<double>(slice.cap_bytes)});
+    }
+    slice_peak.samples.push_back({labels, static_cast<double>(slice.peak_bytes)});
+    if (slice.share_milli > 0) {
+      slice_share.samples.push_back({labels, slice.share_milli / 1000.0});
+    }
+    const auto live = std::count_if(slice.processes.begin(), slice.processes.end(),
+                                    [](const shim::SliceProcess& p) { return p.alive; });
+    slice_processes.samples.push_back({labels, static_cast<double>(live)});
+    slice_kernel.samples.push_back({labels, static_cast<double>(slice.kernel_ns) / 1e9});
+    slice_throttled.samples.push_back({labels, static_cast<double>(slice.throttled_ns) / 1e9});
+    slice_launches.samples.push_back({labels, static_cast<double>(slice.launches)});
+    slice_refused.samples.push_back({labels, static_cast<double>(slice.refused)});
+    slice_reclaimed.samples.push_back({labels, static_cast<double>(slice.reclaimed_processes)});
+  }
   Family errors = Gauge("gpuslice_collect_errors",
                         "Device queries that failed in the last collection (their figures are "
                         "absent).");
@@ -305,7 +372,7 @@ std::vector<Family> Families(const MachineFigures& machine, const std::vector<Ho
       {{{"Hostname", machine.host}}, static_cast<double>(machine.errors.size())});
   // Moved, not copied: an initializer list would copy every sample.
   std::vector<Family> out;
-  out.reserve(29);
+  out.reserve(39);
   for (Family* family : {&used,
                          &free,
                          &total,
@@ -334,6 +401,16 @@ std::vector<Family> Families(const MachineFigures& machine, const std::vector<Ho
                          &info,
                          &idle,
                          &limit,
+                         &slice_used,
+                         &slice_cap,
+                         &slice_peak,
+                         &slice_share,
+                         &slice_processes,
+                         &slice_kernel,
+                         &slice_throttled,
+                         &slice_launches,
+                         &slice_refused,
+                         &slice_reclaimed,
                          &errors}) {
     out.push_back(std::move(*family));
   }

@@ -403,8 +403,10 @@ TEST(BinderTest, WholeAndSharedGpusAreNamedByGpuUuidWithTheShareLimits) {
   EXPECT_EQ(env.at("GPUSLICE_LEASE"), "12");
   EXPECT_EQ(env.at("GPUSLICE_VRAM_LIMIT_MIB"), "8192");
   EXPECT_EQ(env.at("GPUSLICE_COMPUTE_SHARE_MILLI"), "250");
+  EXPECT_EQ(env.at("GPUSLICE_SLICE"), "lease-12") << "one accounting for the lease's processes";
   lease.bound = *bound;
   EXPECT_FALSE(LeaseEnvironment(lease).contains("GPUSLICE_VRAM_LIMIT_MIB"));
+  EXPECT_FALSE(LeaseEnvironment(lease).contains("GPUSLICE_SLICE"));
 }
 
 TEST(BinderTest, ANodeOfAnotherMachineIsNotFound) {
@@ -560,6 +562,7 @@ TEST_F(ServiceBinderTest, AGrantedLeaseIsAnInstanceNamedInItsEnvironmentAndRelea
   EXPECT_EQ(env.at("NVIDIA_VISIBLE_DEVICES"), lease.bound[0].uuid);
   EXPECT_EQ(env.at("GPUSLICE_LEASE"), absl::StrCat(lease.id));
   EXPECT_FALSE(env.contains("GPUSLICE_VRAM_LIMIT_MIB"));
+  EXPECT_FALSE(env.contains("GPUSLICE_SLICE")) << "a MIG instance needs no interposer";
   const std::vector<std::string> docker = DockerArgs(stored);
   ASSERT_GE(docker.size(), 2u);
   EXPECT_EQ(docker[0], "--gpus");

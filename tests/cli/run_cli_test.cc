@@ -3,9 +3,14 @@
 // a loopback port; `gpuslice run` acquires a slice, runs a command with CUDA_VISIBLE_DEVICES set
 // to it, renews the lease while it runs and releases it when it ends, passing the exit code
 // through; signals are forwarded; queued requests wait (or give up after --queue-timeout).
+// Shares of a GPU get the CUDA interposer that enforces them (LD_PRELOAD, GPUSLICE_SLICE=
+// lease-<id>), or are not run without it: against serve on a simulated L40S (skipped while serve
+// grants no share there) and against a stand-in API that grants shares; serve exports slices'
+// accounting (a region file made here, tests/shim/slice_file.h).
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -18,10 +23,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -30,10 +38,15 @@
 
 #include "cli/run_gpuslice.h"
 #include "cli/serve_process.h"
+#include "gpuslice/shim/slices.h"
 #include "nlohmann/json.hpp"
+#include "shim/slice_file.h"
 
 #ifndef GPUSLICE_BINARY
 #error "GPUSLICE_BINARY must name the built gpuslice executable"
+#endif
+#ifndef GPUSLICE_INTERPOSER_PATH
+#error "GPUSLICE_INTERPOSER_PATH must name the built interposer libgpuslice-cuda.so"
 #endif
 
 namespace {
@@ -45,7 +58,9 @@ using ::testing::StartsWith;
 using Outcome = gpuslice::cli::testing::CommandResult;
 using gpuslice::cli::testing::FirstLine;
 using gpuslice::cli::testing::GpusliceProcess;
+using gpuslice::cli::testing::HttpGet;
 using gpuslice::cli::testing::ReadFile;
+using gpuslice::cli::testing::ScopedEnv;
 using gpuslice::cli::testing::ServeFixture;
 using gpuslice::cli::testing::Shell;
 using gpuslice::cli::testing::SleepMs;
@@ -323,6 +338,350 @@ TEST_F(RunCliTest, ExactlyOneOfClassProfileOrShareIsRequired) {
     EXPECT_THAT(run.output, HasSubstr("exactly one of --class, --profile or --share")) << kinds;
   }
   EXPECT_THAT(AllLeases(), IsEmpty());
+}
+
+// The interposer as `gpuslice run` finds it in these tests: a file made here (FindInterposer only
+// checks that it exists; the dynamic loader skips a file that is not a library, so the commands
+// run).
+std::string MakeInterposerFile(const std::string& dir) {
+  const std::string path = dir + "/libgpuslice-cuda.so";
+  std::ofstream(path) << "";
+  return path;
+}
+
+// A copy of the gpuslice binary in dir/bin, away from the build tree's shim/libgpuslice-cuda.so,
+// so that FindInterposer finds none unless told (empty when one is installed system-wide).
+std::string BinaryWithoutInterposer(const std::string& dir) {
+  if (fs::exists("/usr/lib/gpuslice/libgpuslice-cuda.so")) return "";
+  fs::create_directories(dir + "/bin");
+  const std::string binary = dir + "/bin/gpuslice";
+  fs::copy_file(GPUSLICE_BINARY, binary, fs::copy_options::overwrite_existing);
+  return binary;
+}
+
+constexpr const char* kNoShares =
+    "serve grants no share of a GPU on this fleet (non-MIG GPUs are handed out whole)";
+
+// Shares of a GPU without MIG: `gpuslice serve` on a simulated L40S, the interposer a file made
+// here, the slices' accounting directory the test's own (serve reads it for /metrics).
+class RunShareCliTest : public RunCliTest {
+ protected:
+  void SetUp() override {
+    static int salt = 60;
+    shm_dir_ =
+        (fs::path(::testing::TempDir()) / ("gpuslice_run_share_shm_" + std::to_string(getpid())))
+            .string();
+    fs::remove_all(shm_dir_);
+    fs::create_directories(shm_dir_);
+    shm_env_ = std::make_unique<ScopedEnv>("GPUSLICE_SHM_DIR", shm_dir_);
+    ASSERT_NO_FATAL_FAILURE(StartServer("gpuslice_run_share_", "1xL40S", salt++));
+    ASSERT_NO_FATAL_FAILURE(AddTeamA());
+    token_env_->Set(ann_token_);
+    interposer_ = MakeInterposerFile(dir_);
+    interposer_env_ = std::make_unique<ScopedEnv>("GPUSLICE_INTERPOSER", interposer_);
+  }
+  void TearDown() override {
+    RunCliTest::TearDown();
+    interposer_env_.reset();
+    shm_env_.reset();
+    std::error_code ignored;
+    if (!HasFailure()) fs::remove_all(shm_dir_, ignored);
+  }
+
+  // A share lease (null when the fleet grants none).
+  json AcquireShare(const std::string& args) {
+    Outcome out = Gpuslice("acquire " + args + " --no-wait --json", /*with_stderr=*/false);
+    const json reply = json::parse(out.output, nullptr, false);
+    return out.exit_code == 0 && reply.is_object() && reply.contains("lease") ? reply["lease"]
+                                                                              : json();
+  }
+
+  std::string interposer_;
+  std::string shm_dir_;
+  std::unique_ptr<ScopedEnv> interposer_env_;
+  std::unique_ptr<ScopedEnv> shm_env_;
+};
+
+TEST_F(RunShareCliTest, AShareRunLoadsTheInterposerAndNamesTheLeasesSlice) {
+  const std::string file = dir_ + "/env";
+  // What LD_PRELOAD had stays, after the interposer.
+  Outcome run = Shell("LD_PRELOAD=libm.so.6 '" + std::string(GPUSLICE_BINARY) +
+                      "' run --share 250 --vram 8192 --no-wait --purpose share -- sh -c 'echo "
+                      "\"$LD_PRELOAD|$GPUSLICE_SLICE|$GPUSLICE_COMPUTE_SHARE_MILLI|"
+                      "$GPUSLICE_VRAM_LIMIT_MIB|$GPUSLICE_LEASE\" > " +
+                      file + "' 2>&1");
+  if (run.exit_code == 1 && run.output.find("never satisfiable") != std::string::npos) {
+    GTEST_SKIP() << kNoShares;
+  }
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const json lease = LeaseWithPurpose("share");
+  ASSERT_TRUE(lease.is_object());
+  const std::string id = std::to_string(lease["id"].get<std::int64_t>());
+  EXPECT_EQ(FirstLine(ReadFile(file)), interposer_ + ":libm.so.6|lease-" + id + "|250|8192|" + id);
+  // The lease line names the interposer.
+  EXPECT_THAT(run.output, HasSubstr("LD_PRELOAD=" + interposer_ + ":libm.so.6"));
+  EXPECT_THAT(run.output, HasSubstr("GPUSLICE_SLICE=lease-" + id));
+  EXPECT_EQ(lease["state"], "released");
+}
+
+TEST_F(RunShareCliTest, AShareIsNotRunWithoutTheInterposer) {
+  const std::string binary = BinaryWithoutInterposer(dir_);
+  if (binary.empty()) GTEST_SKIP() << "an interposer is installed in /usr/lib/gpuslice";
+  const std::string missing = dir_ + "/no/libgpuslice-cuda.so";
+  const std::string ran = dir_ + "/ran";
+  Outcome refused =
+      Shell("GPUSLICE_INTERPOSER='" + missing + "' '" + binary +
+            "' run --share 250 --vram 4096 --no-wait --purpose refused -- touch " + ran + " 2>&1");
+  if (refused.exit_code == 1 && refused.output.find("never satisfiable") != std::string::npos) {
+    GTEST_SKIP() << kNoShares;
+  }
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr(missing));
+  EXPECT_THAT(refused.output, HasSubstr("would not be enforced"));
+  EXPECT_FALSE(fs::exists(ran));
+  const json lease = LeaseWithPurpose("refused");
+  ASSERT_TRUE(lease.is_object());
+  EXPECT_EQ(lease["state"], "released");
+  EXPECT_THAT(ActiveLeases(), IsEmpty());
+}
+
+TEST_F(RunShareCliTest, LeaseEnvOfAShareAddsThisMachinesInterposer) {
+  const json lease = AcquireShare("--share 500 --vram 16384 --purpose env");
+  if (!lease.is_object()) GTEST_SKIP() << kNoShares;
+  const std::string id = std::to_string(lease["id"].get<std::int64_t>());
+  Outcome env = Gpuslice("lease env " + id, /*with_stderr=*/false);
+  ASSERT_EQ(env.exit_code, 0) << env.output;
+  EXPECT_THAT(env.output, HasSubstr("export GPUSLICE_SLICE='lease-" + id + "'\n"));
+  EXPECT_THAT(env.output, HasSubstr("export GPUSLICE_COMPUTE_SHARE_MILLI='500'\n"));
+  EXPECT_THAT(env.output, HasSubstr("export LD_PRELOAD='" + interposer_ + "'\n"));
+  ASSERT_EQ(Gpuslice("release " + id).exit_code, 0);
+}
+
+TEST_F(RunShareCliTest, AWholeGpuNeedsNoInterposer) {
+  const std::string binary = BinaryWithoutInterposer(dir_);
+  if (binary.empty()) GTEST_SKIP() << "an interposer is installed in /usr/lib/gpuslice";
+  {
+    ScopedEnv admin("GPUSLICE_TOKEN", admin_token_);
+    Outcome tenant = Gpuslice("admin tenant team-a --full");
+    ASSERT_EQ(tenant.exit_code, 0) << tenant.output;
+  }
+  Outcome whole =
+      Shell("GPUSLICE_INTERPOSER='" + dir_ + "/no/libgpuslice-cuda.so' '" + binary +
+            "' run --class full --purpose whole -- sh -c 'echo \"[$LD_PRELOAD]\"' 2>&1");
+  EXPECT_EQ(whole.exit_code, 0) << whole.output;
+  EXPECT_THAT(whole.output, HasSubstr("[]"));
+  EXPECT_THAT(whole.output, Not(HasSubstr("GPUSLICE_SLICE")));
+}
+
+TEST_F(RunShareCliTest, ServeExportsTheSlicesOfItsMachine) {
+  // The accounting the interposer keeps for a lease's processes, in serve's directory.
+  const std::string gpu = "GPU-5e1ec7ed-0000-4000-8000-000000000001";
+  gpuslice::shim::testing::SliceFile slice(gpuslice::shim::SlicePath(shm_dir_, "lease-77"),
+                                           "lease-77");
+  ASSERT_TRUE(slice.ok());
+  std::snprintf(slice.region().gpu_uuid, sizeof slice.region().gpu_uuid, "%s", gpu.c_str());
+  slice.region().cap_bytes = 8192ull << 20;
+  slice.region().share_milli = 250;
+  slice.region().launches = 42;
+  gpuslice::shim::testing::SlotHolder process(slice.path(), 0);
+  ASSERT_TRUE(process.held());
+  slice.AddProcess(0, process.pid(), 1ull << 30);
+
+  const std::string reply = HttpGet(port_, "/metrics", admin_token_);
+  ASSERT_THAT(reply, StartsWith("HTTP/1.1 200")) << reply;
+  const std::string labels = "{slice=\"lease-77\",UUID=\"" + gpu + "\",Hostname=\"";
+  EXPECT_THAT(reply, HasSubstr("gpuslice_slice_vram_used_bytes" + labels));
+  EXPECT_THAT(reply, HasSubstr("\",lease=\"77\"} 1073741824\n"));
+  EXPECT_THAT(reply, HasSubstr("gpuslice_slice_compute_share" + labels));
+  EXPECT_THAT(reply, HasSubstr("\",lease=\"77\"} 0.25\n"));
+  EXPECT_THAT(reply, HasSubstr("# TYPE gpuslice_slice_launches_total counter\n"));
+  EXPECT_THAT(reply, HasSubstr("\",lease=\"77\"} 42\n"));
+  EXPECT_THAT(reply, HasSubstr("gpuslice_slice_processes" + labels));
+}
+
+// A stand-in for the allocation API that grants share leases as serve does for a GPU handed out
+// shared (the environment of alloc::LeaseEnvironment for a share), so that `gpuslice run` and
+// `gpuslice lease env` of a share are tested whatever the fleet grants. Keeps the leases'
+// states: DELETE releases.
+class StandInShareApi {
+ public:
+  StandInShareApi() {
+    server_.Post("/v1/leases", [this](const httplib::Request&, httplib::Response& res) {
+      const std::int64_t id = Grant();
+      std::lock_guard<std::mutex> lock(mutex_);
+      res.status = 201;
+      res.set_content(json{{"lease", leases_[id]}}.dump(), "application/json");
+    });
+    server_.Get(R"(/v1/leases/(\d+))", [this](const httplib::Request& req, httplib::Response& res) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = leases_.find(std::stoll(req.matches[1].str()));
+      res.status = it == leases_.end() ? 404 : 200;
+      res.set_content(
+          it == leases_.end() ? json{{"error", "no such lease"}}.dump() : it->second.dump(),
+          "application/json");
+    });
+    server_.Delete(R"(/v1/leases/(\d+))",
+                   [this](const httplib::Request& req, httplib::Response& res) {
+                     std::lock_guard<std::mutex> lock(mutex_);
+                     auto it = leases_.find(std::stoll(req.matches[1].str()));
+                     if (it != leases_.end()) it->second["state"] = "released";
+                     res.status = it == leases_.end() ? 404 : 200;
+                     res.set_content("{}", "application/json");
+                   });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    // Bound: calls wait in the backlog until it listens.
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~StandInShareApi() {
+    server_.stop();
+    thread_.join();
+  }
+  StandInShareApi(const StandInShareApi&) = delete;
+  StandInShareApi& operator=(const StandInShareApi&) = delete;
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // A new active share lease; its id.
+  std::int64_t Grant() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::int64_t id = ++next_id_;
+    const std::int64_t now = std::time(nullptr);
+    const std::string gpu = "GPU-5e1ec7ed-0000-4000-8000-00000000000" + std::to_string(id % 10);
+    leases_[id] = {{"id", id},
+                   {"state", "active"},
+                   {"node", "host/L40S"},
+                   {"devices", {gpu}},
+                   {"granted_at", now},
+                   {"expires_at", now + 3600},
+                   {"env",
+                    {{"CUDA_VISIBLE_DEVICES", gpu},
+                     {"NVIDIA_VISIBLE_DEVICES", gpu},
+                     {"GPUSLICE_LEASE", std::to_string(id)},
+                     {"GPUSLICE_VRAM_LIMIT_MIB", "8192"},
+                     {"GPUSLICE_COMPUTE_SHARE_MILLI", "250"},
+                     {"GPUSLICE_SLICE", "lease-" + std::to_string(id)}}}};
+    return id;
+  }
+  std::string State(std::int64_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return leases_.contains(id) ? leases_[id]["state"].get<std::string>() : "";
+  }
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::int64_t next_id_ = 0;
+  std::map<std::int64_t, json> leases_;
+};
+
+class RunShareStandInTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = gpuslice::cli::testing::FreshDir(
+        std::string("gpuslice_run_standin_") +
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    server_env_ = std::make_unique<ScopedEnv>("GPUSLICE_SERVER", api_.url());
+    token_env_ = std::make_unique<ScopedEnv>("GPUSLICE_TOKEN", "gs_test");
+    interposer_ = MakeInterposerFile(dir_);
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    if (!HasFailure()) fs::remove_all(dir_, ignored);
+  }
+
+  StandInShareApi api_;
+  std::string dir_;
+  std::string interposer_;
+  std::unique_ptr<ScopedEnv> server_env_;
+  std::unique_ptr<ScopedEnv> token_env_;
+};
+
+TEST_F(RunShareStandInTest, AShareRunLoadsTheInterposerFirstAndPrintsIt) {
+  const std::string file = dir_ + "/env";
+  Outcome run =
+      Shell("GPUSLICE_INTERPOSER='" + interposer_ + "' LD_PRELOAD=libm.so.6 '" + GPUSLICE_BINARY +
+            "' run --share 250 --vram 8192 --purpose share -- sh -c 'echo "
+            "\"$LD_PRELOAD|$GPUSLICE_SLICE|$GPUSLICE_COMPUTE_SHARE_MILLI\" > " +
+            file + "' 2>&1");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(FirstLine(ReadFile(file)), interposer_ + ":libm.so.6|lease-1|250");
+  EXPECT_THAT(run.output, HasSubstr("gpuslice run: lease 1 on host/L40S"));
+  EXPECT_THAT(run.output, HasSubstr("LD_PRELOAD=" + interposer_ + ":libm.so.6"));
+  EXPECT_THAT(run.output, HasSubstr("released lease 1"));
+  EXPECT_EQ(api_.State(1), "released");
+}
+
+// The build tree's interposer (build/shim/libgpuslice-cuda.so, next to the binary) is found
+// without GPUSLICE_INTERPOSER, and a command that never touches CUDA runs under it.
+TEST_F(RunShareStandInTest, TheBuildTreesInterposerIsFoundNextToTheBinary) {
+  ScopedEnv unset("GPUSLICE_INTERPOSER", "");
+  ScopedEnv shm("GPUSLICE_SHM_DIR", dir_ + "/shm");
+  const std::string file = dir_ + "/env";
+  Outcome run =
+      Gpuslice("run --share 250 --purpose real -- sh -c 'echo \"$LD_PRELOAD|$GPUSLICE_SLICE\" > " +
+               file + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(FirstLine(ReadFile(file)), std::string(GPUSLICE_INTERPOSER_PATH) + "|lease-1");
+  EXPECT_THAT(run.output, HasSubstr(std::string("LD_PRELOAD=") + GPUSLICE_INTERPOSER_PATH));
+}
+
+TEST_F(RunShareStandInTest, WithoutTheInterposerAShareIsReleasedUnrunUnlessNoInterposer) {
+  const std::string binary = BinaryWithoutInterposer(dir_);
+  if (binary.empty()) GTEST_SKIP() << "an interposer is installed in /usr/lib/gpuslice";
+  const std::string missing = dir_ + "/no/libgpuslice-cuda.so";
+  const std::string ran = dir_ + "/ran";
+  Outcome refused = Shell("GPUSLICE_INTERPOSER='" + missing + "' '" + binary +
+                          "' run --share 250 --purpose refused -- touch " + ran + " 2>&1");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("lease 1 is a share of a GPU"));
+  EXPECT_THAT(refused.output, HasSubstr(missing));  // named alone: the only place looked at
+  EXPECT_THAT(refused.output, HasSubstr("would not be enforced"));
+  EXPECT_THAT(refused.output, HasSubstr("--no-interposer"));
+  EXPECT_FALSE(fs::exists(ran));
+  EXPECT_EQ(api_.State(1), "released");
+
+  Outcome anyway =
+      Shell("GPUSLICE_INTERPOSER='" + missing + "' '" + binary +
+            "' run --share 250 --purpose anyway --no-interposer -- touch " + ran + " 2>&1");
+  EXPECT_EQ(anyway.exit_code, 0) << anyway.output;
+  EXPECT_THAT(anyway.output, HasSubstr("NOT enforced"));
+  EXPECT_THAT(anyway.output, Not(HasSubstr("LD_PRELOAD=")));
+  EXPECT_TRUE(fs::exists(ran));
+  EXPECT_EQ(api_.State(2), "released");
+}
+
+TEST_F(RunShareStandInTest, LeaseEnvOfAShareAddsThisMachinesInterposerWhenThere) {
+  const std::string id = std::to_string(api_.Grant());
+  {
+    ScopedEnv interposer("GPUSLICE_INTERPOSER", interposer_);
+    Outcome env = Gpuslice("lease env " + id, /*with_stderr=*/false);
+    ASSERT_EQ(env.exit_code, 0) << env.output;
+    EXPECT_THAT(env.output, HasSubstr("export GPUSLICE_SLICE='lease-" + id + "'\n"));
+    EXPECT_THAT(env.output, HasSubstr("export GPUSLICE_COMPUTE_SHARE_MILLI='250'\n"));
+    EXPECT_THAT(env.output, HasSubstr("# the CUDA interposer"));
+    EXPECT_THAT(env.output, HasSubstr("export LD_PRELOAD='" + interposer_ + "'\n"));
+    // A shell can evaluate it.
+    Outcome evaluated = Shell(std::string("eval \"$('") + GPUSLICE_BINARY + "' lease env " + id +
+                              ")\" && echo \"$LD_PRELOAD $GPUSLICE_SLICE\"");
+    EXPECT_EQ(evaluated.exit_code, 0) << evaluated.output;
+    EXPECT_EQ(FirstLine(evaluated.output), interposer_ + " lease-" + id);
+    // --json is the service's environment, the same on every machine: no LD_PRELOAD.
+    Outcome as_json = Gpuslice("lease env " + id + " --json", /*with_stderr=*/false);
+    const json parsed = json::parse(as_json.output, nullptr, false);
+    ASSERT_TRUE(parsed.is_object()) << as_json.output;
+    EXPECT_EQ(parsed["GPUSLICE_SLICE"], "lease-" + id);
+    EXPECT_FALSE(parsed.contains("LD_PRELOAD"));
+  }
+  // No interposer on this machine: the rest, and a warning.
+  const std::string binary = BinaryWithoutInterposer(dir_);
+  if (binary.empty()) GTEST_SKIP() << "an interposer is installed in /usr/lib/gpuslice";
+  Outcome elsewhere = Shell("GPUSLICE_INTERPOSER='" + dir_ + "/no/libgpuslice-cuda.so' '" + binary +
+                            "' lease env " + id + " 2>&1");
+  EXPECT_EQ(elsewhere.exit_code, 0) << elsewhere.output;
+  EXPECT_THAT(elsewhere.output, HasSubstr("export GPUSLICE_SLICE='lease-" + id + "'\n"));
+  EXPECT_THAT(elsewhere.output, Not(HasSubstr("export LD_PRELOAD")));
+  EXPECT_THAT(elsewhere.output, HasSubstr("not enforced"));
 }
 
 }  // namespace

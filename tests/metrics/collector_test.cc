@@ -1,12 +1,15 @@
 // The collector of per-GPU and per-MIG-instance figures, on the simulator: what it reads through
 // the backend (memory, processes, instances with their MIG UUIDs), that a failed query leaves its
 // figure absent rather than zero, and the families it turns into (dcgm-exporter's names and
-// labels, leases tied to their devices), which the exposition writer accepts.
+// labels, leases tied to their devices), which the exposition writer accepts; software slices'
+// accounting files (issue 8) and their families.
 #include "gpuslice/metrics/collector.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -16,6 +19,7 @@
 #include "gpuslice/device/sim_backend.h"
 #include "gpuslice/device/sim_machine.h"
 #include "gpuslice/hw/catalog.h"
+#include "shim/slice_file.h"
 
 namespace gpuslice::metrics {
 namespace {
@@ -299,6 +303,85 @@ TEST_F(CollectorTest, XidEventsAreTakenOnce) {
   machine = Collect(*backend_, "node-a");
   CollectXids(*backend_, machine);
   EXPECT_TRUE(machine.xids.empty());
+}
+
+TEST_F(CollectorTest, SoftwareSlicesAreReadAndExposedPerSlice) {
+  namespace fs = std::filesystem;
+  const std::string dir =
+      (fs::path(::testing::TempDir()) / ("gpuslice_collector_slices_" + std::to_string(getpid())))
+          .string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  MachineFigures machine = Collect(*backend_, "node-a");
+  const std::string gpu = machine.gpus[1].uuid;
+  // The slice of lease 12 on GPU 1: a cap, a share, one live process and one dead.
+  shim::testing::SliceFile lease(shim::SlicePath(dir, "lease-12"), "lease-12");
+  ASSERT_TRUE(lease.ok());
+  shim::SliceRegion& r = lease.region();
+  std::snprintf(r.gpu_uuid, sizeof r.gpu_uuid, "%s", gpu.c_str());
+  r.cap_bytes = 8ull << 30;
+  r.share_milli = 250;
+  r.kernel_ns = 1'500'000'000;
+  r.throttled_ns = 250'000'000;
+  r.launches = 300;
+  r.refused = 2;
+  r.reclaimed_processes = 1;
+  shim::testing::SlotHolder live(lease.path(), 0);
+  ASSERT_TRUE(live.held());
+  lease.AddProcess(0, live.pid(), 3ull << 30);
+  lease.AddProcess(1, 999'999, 1ull << 30);
+  // A slice named by hand, measured only: neither cap nor share; no GPU yet.
+  shim::testing::SliceFile notebook(shim::SlicePath(dir, "notebook"), "notebook");
+  ASSERT_TRUE(notebook.ok());
+  notebook.region().peak_bytes = 512;
+  // And a file of another layout.
+  std::ofstream(dir + "/slice-broken") << "not a region";
+
+  CollectSlices(dir, machine);
+  ASSERT_EQ(machine.slices.size(), 2u);
+  EXPECT_EQ(machine.slices[0].id, "lease-12");
+  EXPECT_EQ(machine.slices[1].id, "notebook");
+  ASSERT_EQ(machine.errors.size(), 1u);
+  EXPECT_THAT(machine.errors[0], HasSubstr("slice-broken"));
+
+  const std::vector<Family> families = Families(machine, {});
+  const std::map<std::string, std::string> of_lease = {
+      {"slice", "lease-12"}, {"lease", "12"}, {"UUID", gpu}, {"Hostname", "node-a"}};
+  EXPECT_EQ(ValueOf(families, "gpuslice_slice_vram_used_bytes", of_lease), 4.0 * (1 << 30));
+  EXPECT_EQ(ValueOf(families, "gpuslice_slice_vram_cap_bytes", of_lease), 8.0 * (1 << 30));
+  EXPECT_EQ(ValueOf(families, "gpuslice_slice_vram_peak_bytes", of_lease), 4.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(ValueOf(families, "gpuslice_slice_compute_share", of_lease), 0.25);
+  EXPECT_EQ(ValueOf(families, "gpuslice_slice_processes", of_lease), 1) << "the live one";
+  EXPECT_DOUBLE_EQ(ValueOf(families, "gpuslice_slice_kernel_seconds_total", of_lease), 1.5);
+  EXPECT_DOUBLE_EQ(ValueOf(families, "gpuslice_slice_throttled_seconds_total", of_lease), 0.25);
+  EXPECT_EQ(ValueOf(families, "gpuslice_slice_launches_total", of_lease), 300);
+  EXPECT_EQ(ValueOf(families, "gpuslice_slice_refused_allocations_total", of_lease), 2);
+  EXPECT_EQ(ValueOf(families, "gpuslice_slice_reclaimed_processes_total", of_lease), 1);
+  const std::map<std::string, std::string> of_notebook = {{"slice", "notebook"}};
+  EXPECT_EQ(ValueOf(families, "gpuslice_slice_vram_peak_bytes", of_notebook), 512);
+  EXPECT_EQ(ValueOf(families, "gpuslice_slice_vram_cap_bytes", of_notebook), -1) << "no cap";
+  EXPECT_EQ(ValueOf(families, "gpuslice_slice_compute_share", of_notebook), -1) << "no share";
+  EXPECT_EQ(ValueOf(families, "gpuslice_slice_processes", of_notebook), 0);
+  for (const Family& f : families) {
+    if (f.name != "gpuslice_slice_launches_total") continue;
+    EXPECT_EQ(f.type, MetricType::kCounter);
+    ASSERT_EQ(f.samples.size(), 2u);
+    EXPECT_EQ(f.samples[1].labels.size(), 3u) << "the notebook slice has no lease label";
+  }
+  EXPECT_EQ(ValueOf(families, "gpuslice_collect_errors", {{"Hostname", "node-a"}}), 1);
+  absl::StatusOr<std::string> text = Write(families);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("# TYPE gpuslice_slice_launches_total counter\n"));
+  EXPECT_THAT(*text, HasSubstr("gpuslice_slice_compute_share{slice=\"lease-12\",UUID=\"" + gpu +
+                               "\",Hostname=\"node-a\",lease=\"12\"} 0.25\n"));
+
+  // No directory: no slices, and no error.
+  MachineFigures none = Collect(*backend_, "node-a");
+  CollectSlices(dir + "/missing", none);
+  EXPECT_TRUE(none.slices.empty());
+  EXPECT_TRUE(none.errors.empty());
+  live.Stop();
+  fs::remove_all(dir);
 }
 
 TEST(CollectorStandaloneTest, AnAmpereGpuHasNoGpmActivity) {

@@ -4,7 +4,8 @@
 // one model and mode form one placement node named "<host>/<model>" (the engine's nodes have one
 // model and mode each); the machine's CPU and memory are split among the groups in proportion to
 // their GPU counts. A GPU in MIG mode (or, with `mig_if_capable`, any MIG-capable GPU, as for a
-// simulated fleet) is handed out as MIG instances; the others whole.
+// simulated fleet) is handed out as MIG instances; the others are shared: taken whole, or in
+// fractional shares whose limits the CUDA interposer enforces (docs/SHIM.md).
 #pragma once
 
 #include <cstdint>

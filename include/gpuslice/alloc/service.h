@@ -214,8 +214,11 @@ struct ServiceOptions {
 
 // What a process needs in its environment to use the lease's devices: CUDA_VISIBLE_DEVICES and
 // NVIDIA_VISIBLE_DEVICES (MIG or GPU UUIDs), GPUSLICE_LEASE, and for shares the limits the
-// interposer enforces (GPUSLICE_VRAM_LIMIT_MIB, GPUSLICE_COMPUTE_SHARE_MILLI). Empty when the
-// lease has no bound devices.
+// interposer (libgpuslice-cuda.so, docs/SHIM.md) enforces, GPUSLICE_VRAM_LIMIT_MIB and
+// GPUSLICE_COMPUTE_SHARE_MILLI, with GPUSLICE_SLICE=lease-<id> so that every process of the lease
+// shares one accounting. The interposer itself is not named here (its path is the machine's:
+// `gpuslice run` and `gpuslice lease env` add LD_PRELOAD). Empty when the lease has no bound
+// devices.
 std::map<std::string, std::string> LeaseEnvironment(const Lease& lease);
 // `docker run` arguments for the same: --gpus "device=…" and -e for each variable.
 std::vector<std::string> DockerArgs(const Lease& lease);

@@ -20,6 +20,19 @@
 //   gpuslice_lease_idle_seconds              how long the lease's devices have had no process
 //   gpuslice_lease_vram_limit_mib            the VRAM cap of a share (issue 8's interposer)
 //   gpuslice_collect_errors                  queries that failed in this collection
+// Software slices (issue 8's interposer, gpuslice/shim/slices.h), per slice, labels slice, UUID
+// (the slice's GPU, "" before its first context), Hostname, and lease for a slice `lease-<id>`:
+//   gpuslice_slice_vram_used_bytes           device memory the slice's live processes hold
+//   gpuslice_slice_vram_cap_bytes            its VRAM cap (only when it has one)
+//   gpuslice_slice_vram_peak_bytes           the most it ever held
+//   gpuslice_slice_compute_share             its compute share, ratio 0-1 (only when it has one)
+//   gpuslice_slice_processes                 its live processes
+//   gpuslice_slice_kernel_seconds_total      GPU time of its kernels
+//   gpuslice_slice_throttled_seconds_total   time its launches were held back for the share
+//   gpuslice_slice_launches_total            kernel and graph launches
+//   gpuslice_slice_refused_allocations_total allocations refused at the cap
+//   gpuslice_slice_reclaimed_processes_total dead processes whose memory was given back
+//   (the counters are over the slice's life, its dead processes included)
 // Health, per GPU (each only where the GPU gives it):
 //   DCGM_FI_DEV_GPU_TEMP (C), DCGM_FI_DEV_POWER_USAGE and _POWER_MGMT_LIMIT (W),
 //   DCGM_FI_DEV_SM_CLOCK and _MEM_CLOCK (MHz), DCGM_FI_DEV_GPU_UTIL and _MEM_COPY_UTIL (%, MIG
@@ -31,7 +44,7 @@
 //   exposition format wants counters to end in _total, and these names are kept for dashboards)
 // Activity, per GPU and per MIG instance, from GPM (ratios 0-1, as dcgm-exporter gives them):
 //   DCGM_FI_PROF_SM_ACTIVE, DCGM_FI_PROF_SM_OCCUPANCY, DCGM_FI_PROF_DRAM_ACTIVE
-// Families is pure; Collect only reads the backend.
+// Families is pure; Collect only reads the backend, CollectSlices the slices' accounting files.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +54,7 @@
 
 #include "gpuslice/device/backend.h"
 #include "gpuslice/metrics/exposition.h"
+#include "gpuslice/shim/slices.h"
 
 namespace gpuslice::metrics {
 
@@ -75,8 +89,9 @@ struct GpuFigures {
 struct MachineFigures {
   std::string host;
   std::vector<GpuFigures> gpus;
-  std::vector<device::XidEvent> xids;  // critical Xid events taken by CollectXids
-  std::vector<std::string> errors;     // one line per query that failed
+  std::vector<device::XidEvent> xids;       // critical Xid events taken by CollectXids
+  std::vector<shim::SliceSnapshot> slices;  // software slices read by CollectSlices, by id
+  std::vector<std::string> errors;          // one line per query that failed
 };
 
 // Reads the machine's figures through `backend`. Never fails as a whole: a GPU list that cannot
@@ -87,6 +102,11 @@ MachineFigures Collect(device::Backend& backend, const std::string& host);
 // from Collect because taking them drains them: only the one loop that feeds the alerts
 // (metrics/alerts.h) calls it, so that scrapes in between do not steal them.
 void CollectXids(device::Backend& backend, MachineFigures& machine);
+
+// Reads the software slices' accounting files of `directory` (shim::SliceDirectory() on the
+// machine the interposer runs on) into `machine.slices`. A missing directory is no slices; a file
+// that cannot be read is left out with an error line.
+void CollectSlices(const std::string& directory, MachineFigures& machine);
 
 // A device a lease holds, to tie its series to the lease and tenant.
 struct Holder {

@@ -1,0 +1,195 @@
+#include "schedule.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+namespace gpuslice::shim {
+namespace {
+
+bool LockByte(int fd, int index, short type, int command) {
+  struct flock lock {};
+  lock.l_type = type;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = SlotLockOffset(index);
+  lock.l_len = 1;
+  return fcntl(fd, command, &lock) == 0;
+}
+
+}  // namespace
+
+bool Schedule::Join(const std::string& directory, const char* gpu_uuid, const char* slice_id,
+                    int share_milli, SharePolicy policy, std::string* error) {
+  const std::string path = directory + "/gpu-" + gpu_uuid;
+  fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd_ < 0) {
+    *error = "cannot open the GPU's schedule " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  fchmod(fd_, 0666);
+  flock(fd_, LOCK_EX);
+  struct stat st {};
+  bool ok = fstat(fd_, &st) == 0;
+  if (ok && static_cast<std::size_t>(st.st_size) < sizeof(GpuSchedule)) {
+    ok = ftruncate(fd_, static_cast<off_t>(sizeof(GpuSchedule))) == 0;
+  }
+  void* map = ok ? mmap(nullptr, sizeof(GpuSchedule), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0)
+                 : MAP_FAILED;
+  if (map == MAP_FAILED) {
+    *error = "cannot map the GPU's schedule " + path + ": " + std::strerror(errno);
+    flock(fd_, LOCK_UN);
+    close(fd_);
+    fd_ = -1;
+    return false;
+  }
+  auto* schedule = static_cast<GpuSchedule*>(map);
+  if (schedule->magic == 0) {
+    pthread_mutexattr_t attributes;
+    pthread_mutexattr_init(&attributes);
+    pthread_mutexattr_setpshared(&attributes, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attributes, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&schedule->lock, &attributes);
+    pthread_mutexattr_destroy(&attributes);
+    schedule->version = kRegionVersion;
+    schedule->size = sizeof(GpuSchedule);
+    __atomic_store_n(&schedule->magic, kRegionMagic, __ATOMIC_RELEASE);
+  } else if (schedule->magic != kRegionMagic || schedule->version != kRegionVersion ||
+             schedule->size != sizeof(GpuSchedule)) {
+    *error = "the GPU's schedule " + path + " has another layout";
+    munmap(map, sizeof(GpuSchedule));
+    flock(fd_, LOCK_UN);
+    close(fd_);
+    fd_ = -1;
+    return false;
+  }
+  flock(fd_, LOCK_UN);
+  schedule_ = schedule;
+
+  Lock();
+  SweepLocked();
+  int mine = -1;
+  for (int i = 0; i < kMaxScheduledSlices && mine < 0; ++i) {
+    if (std::strncmp(schedule_->entries[i].slice_id, slice_id, kSliceIdSize) == 0) mine = i;
+  }
+  if (mine < 0) {
+    for (int i = 0; i < kMaxScheduledSlices && mine < 0; ++i) {
+      if (schedule_->entries[i].slice_id[0] == '\0' && !EntryAlive(i)) mine = i;
+    }
+    if (mine >= 0) {
+      ScheduleEntry& entry = schedule_->entries[mine];
+      std::snprintf(entry.slice_id, sizeof entry.slice_id, "%s", slice_id);
+      entry.share_milli = static_cast<std::uint32_t>(share_milli);
+      entry.policy = static_cast<std::uint32_t>(policy);
+      schedule_->generation += 1;
+    }
+  }
+  const bool locked = mine >= 0 && LockByte(fd_, mine, F_RDLCK, F_OFD_SETLK);
+  Unlock();
+  if (!locked) {
+    *error = mine < 0 ? "the GPU's schedule " + path + " already has " +
+                            std::to_string(kMaxScheduledSlices) + " slices"
+                      : "cannot lock the slice's entry in " + path + ": " + std::strerror(errno);
+    munmap(map, sizeof(GpuSchedule));
+    schedule_ = nullptr;
+    close(fd_);
+    fd_ = -1;
+    return false;
+  }
+  entry_ = mine;
+  return true;
+}
+
+void Schedule::Lock() {
+  if (pthread_mutex_lock(&schedule_->lock) == EOWNERDEAD) {
+    pthread_mutex_consistent(&schedule_->lock);
+  }
+}
+
+void Schedule::Unlock() { pthread_mutex_unlock(&schedule_->lock); }
+
+bool Schedule::EntryAlive(int index) {
+  struct flock probe {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  probe.l_start = SlotLockOffset(index);
+  probe.l_len = 1;
+  if (fcntl(fd_, F_OFD_GETLK, &probe) != 0) return true;
+  return probe.l_type != F_UNLCK;
+}
+
+bool Schedule::SweepLocked() {
+  bool changed = false;
+  for (int i = 0; i < kMaxScheduledSlices; ++i) {
+    ScheduleEntry& entry = schedule_->entries[i];
+    // This process's own read lock does not show in its own probe: its entry is alive.
+    if (entry.slice_id[0] == '\0' || i == entry_ || EntryAlive(i)) continue;
+    std::memset(&entry, 0, sizeof entry);
+    changed = true;
+  }
+  if (changed) schedule_->generation += 1;
+  return changed;
+}
+
+void Schedule::Sweep(std::uint64_t now_ns) {
+  {
+    std::lock_guard<std::mutex> hold(mutex_);
+    if (schedule_ == nullptr || now_ns - swept_ns_ < 1'000'000'000) return;
+    swept_ns_ = now_ns;
+  }
+  Lock();
+  SweepLocked();
+  Unlock();
+}
+
+void Schedule::RefreshLocked() {
+  const std::uint64_t generation = __atomic_load_n(&schedule_->generation, __ATOMIC_ACQUIRE);
+  if (generation == generation_) return;
+  Lock();
+  std::uint64_t total = 0, before = 0, share = 0;
+  int slices = 0;
+  for (int i = 0; i < kMaxScheduledSlices; ++i) {
+    const ScheduleEntry& entry = schedule_->entries[i];
+    if (entry.slice_id[0] == '\0') continue;
+    ++slices;
+    if (i < entry_) before += entry.share_milli;
+    if (i == entry_) share = entry.share_milli;
+    total += entry.share_milli;
+  }
+  generation_ = schedule_->generation;
+  Unlock();
+  const std::uint64_t scale = total > 1000 ? total : 1000;
+  start_ns_ = before * kSchedulePeriodNs / scale;
+  end_ns_ = (before + share) * kSchedulePeriodNs / scale;
+  slices_ = slices;
+}
+
+void Schedule::Window(std::uint64_t* start_ns, std::uint64_t* end_ns) {
+  std::lock_guard<std::mutex> hold(mutex_);
+  RefreshLocked();
+  *start_ns = start_ns_;
+  *end_ns = end_ns_;
+}
+
+int Schedule::Slices() {
+  std::lock_guard<std::mutex> hold(mutex_);
+  RefreshLocked();
+  return slices_;
+}
+
+void Schedule::ForgetAfterFork() {
+  new (&mutex_) std::mutex();
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  schedule_ = nullptr;
+  entry_ = -1;
+  generation_ = ~0ull;
+}
+
+}  // namespace gpuslice::shim

@@ -1,0 +1,266 @@
+// Compute shares (docs/SHIM.md): libgpuslice-cuda.so preloaded into tests/shim/cuda_probe over
+// the test CUDA library, whose kernels take turns on one engine shared by every process naming
+// the same FAKE_CUDA_ENGINE file, like time-sliced work on one GPU. Probes launch 1 ms kernels
+// (`launch --kernel work --arg 1000000`, one iteration = 1 ns on the test library) back to back for
+// 4 s; work_per_window[i]/1e9 is then the share of the GPU a probe got in second i. Windows 1-3
+// (the full ones after the first) must be within 0.05 of the slice's share.
+//
+// First, baselines without the interposer: one probe alone gets the whole engine on every launch
+// path, two probes split it. Timing tests: they run alone (RUN_SERIAL).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpuslice/shim/slices.h"
+#include "shim/shim_process.h"
+
+namespace gpuslice::shim::testing {
+namespace {
+
+struct Trace {
+  long pid;
+  std::uint64_t start;
+  std::uint64_t end;
+};
+
+std::vector<Trace> ReadTrace(const std::string& path) {
+  std::vector<Trace> lines;
+  std::ifstream in(path);
+  Trace line{};
+  while (in >> line.pid >> line.start >> line.end) lines.push_back(line);
+  return lines;
+}
+
+TEST(ComputeShareBaseline, EveryLaunchPathRunsKernelsBackToBack) {
+  const std::pair<const char*, bool> cases[] = {
+      {"kernel", false}, {"ex", false}, {"coop", true}, {"graph", true}};
+  for (const auto& [path, ptsz] : cases) {
+    SCOPED_TRACE(std::string(path) + (ptsz ? " ptsz" : ""));
+    TempDir dir;
+    std::vector<std::string> args{"launch",    "--kernel", "work",   "--arg", "1000000",
+                                  "--seconds", "2",        "--path", path};
+    if (ptsz) args.insert(args.begin(), "--ptsz");
+    const Outcome run = RunProbe(args, ProbeEnv(false, {{"FAKE_CUDA_TRACE", dir / "trace"}}));
+    ASSERT_EQ(run.exit_code, 0) << run.Describe();
+    const nlohmann::json json = run.Json();
+    EXPECT_EQ(Field(json, "errors"), 0);
+    ASSERT_TRUE(json["work_per_window"].is_array()) << json.dump();
+    ASSERT_GE(json["work_per_window"].size(), 2u) << json.dump();
+    // The whole first and second: the engine is this process's alone.
+    EXPECT_GE(json["work_per_window"][0].get<long long>(), 900'000'000) << json.dump();
+    EXPECT_GE(json["work_per_window"][1].get<long long>(), 900'000'000) << json.dump();
+    long long sum = 0;
+    for (const auto& w : json["work_per_window"]) sum += w.get<long long>();
+    EXPECT_EQ(sum, Field(json, "launches") * 1'000'000);
+    const std::vector<Trace> trace = ReadTrace(dir / "trace");
+    EXPECT_EQ(static_cast<long long>(trace.size()), Field(json, "launches"))
+        << "one kernel per launch (the captured one never ran by itself)";
+    for (const Trace& t : trace) EXPECT_EQ(t.end - t.start, 1'000'000u);
+  }
+}
+
+TEST(ComputeShareBaseline, TwoProcessesShareOneEngine) {
+  TempDir dir;
+  const auto env =
+      ProbeEnv(false, {{"FAKE_CUDA_ENGINE", dir / "engine"}, {"FAKE_CUDA_TRACE", dir / "trace"}});
+  const std::vector<std::string> args{"launch",  "--kernel",  "work", "--arg",
+                                      "1000000", "--seconds", "3"};
+  auto a = StartProbe(args, env);
+  auto b = StartProbe(args, env);
+  ASSERT_TRUE(a->started() && b->started());
+  const Outcome ra = a->Wait(30000);
+  const Outcome rb = b->Wait(30000);
+  ASSERT_EQ(ra.exit_code, 0) << ra.Describe();
+  ASSERT_EQ(rb.exit_code, 0) << rb.Describe();
+  for (const Outcome* run : {&ra, &rb}) {
+    const nlohmann::json json = run->Json();
+    ASSERT_GE(json["work_per_window"].size(), 3u) << json.dump();
+    for (std::size_t window = 1; window < 3; ++window) {
+      const double share = json["work_per_window"][window].get<double>() / 1e9;
+      EXPECT_GT(share, 0.35) << json.dump();
+      EXPECT_LT(share, 0.65) << json.dump();
+    }
+  }
+  std::vector<Trace> trace = ReadTrace(dir / "trace");
+  std::sort(trace.begin(), trace.end(),
+            [](const Trace& x, const Trace& y) { return x.start < y.start; });
+  int switches = 0;
+  for (std::size_t i = 1; i < trace.size(); ++i) {
+    EXPECT_GE(trace[i].start, trace[i - 1].end) << "kernels of two processes overlapped";
+    switches += trace[i].pid != trace[i - 1].pid ? 1 : 0;
+  }
+  EXPECT_GT(switches, 100) << "the processes take turns";
+}
+
+constexpr int kSeconds = 4;
+constexpr double kTolerance = 0.05;
+
+std::vector<std::string> LaunchArgs(const std::string& path = "kernel") {
+  return {"launch", "--kernel", "work", "--arg", "1000000", "--seconds", std::to_string(kSeconds),
+          "--path", path};
+}
+
+// The share of the engine a probe got in each full window after the first.
+std::vector<double> Shares(const Outcome& run) {
+  std::vector<double> shares;
+  const nlohmann::json json = run.Json();
+  if (!json.is_object() || !json.contains("work_per_window") ||
+      !json["work_per_window"].is_array() ||
+      json["work_per_window"].size() < static_cast<std::size_t>(kSeconds)) {
+    ADD_FAILURE() << "no full work_per_window: " << run.Describe();
+    return shares;
+  }
+  for (int window = 1; window < kSeconds; ++window) {
+    shares.push_back(json["work_per_window"][static_cast<std::size_t>(window)].get<double>() / 1e9);
+  }
+  return shares;
+}
+
+std::string Show(const std::vector<double>& shares) {
+  std::string text;
+  for (double share : shares) text += std::to_string(share) + " ";
+  return text;
+}
+
+// The last lines of a probe's stderr, for failure messages.
+std::string Tail(const std::string& text) {
+  return text.size() > 2000 ? "..." + text.substr(text.size() - 2000) : text;
+}
+
+void ExpectShares(const Outcome& run, double low, double high, const std::string& what) {
+  ASSERT_EQ(run.exit_code, 0) << what << ": " << run.Describe();
+  const std::vector<double> shares = Shares(run);
+  for (double share : shares) {
+    EXPECT_GE(share, low) << what << ": shares " << Show(shares) << "\n"
+                          << run.out << Tail(run.err);
+    EXPECT_LE(share, high) << what << ": shares " << Show(shares) << "\n"
+                           << run.out << Tail(run.err);
+  }
+}
+
+void ExpectShare(const Outcome& run, double share, const std::string& what) {
+  ExpectShares(run, share - kTolerance, share + kTolerance, what);
+}
+
+// Each test: its own accounting directory and engine.
+class ComputeShareTest : public ::testing::Test {
+ protected:
+  std::map<std::string, std::string> Env(const std::string& slice,
+                                         const std::map<std::string, std::string>& settings) const {
+    std::map<std::string, std::string> all{{"GPUSLICE_SHM_DIR", dir_ / "shm"},
+                                           {"GPUSLICE_SLICE", slice},
+                                           {"GPUSLICE_CONTEXT_RESERVE_MIB", "0"},
+                                           {"FAKE_CUDA_ENGINE", dir_ / "engine"}};
+    for (const auto& [key, value] : settings) all[key] = value;
+    return ProbeEnv(true, all);
+  }
+  std::map<std::string, std::string> Share(const std::string& slice, int milli,
+                                           const std::string& policy = "strict") const {
+    return Env(slice, {{"GPUSLICE_COMPUTE_SHARE_MILLI", std::to_string(milli)},
+                       {"GPUSLICE_SHARE_POLICY", policy}});
+  }
+
+  // Runs probes at once and waits for all.
+  static std::vector<Outcome> RunTogether(
+      const std::vector<std::pair<std::vector<std::string>, std::map<std::string, std::string>>>&
+          runs) {
+    std::vector<std::unique_ptr<Child>> children;
+    for (const auto& [args, env] : runs) children.push_back(StartProbe(args, env));
+    std::vector<Outcome> outcomes;
+    for (auto& child : children) outcomes.push_back(child->Wait(120000));
+    return outcomes;
+  }
+
+  TempDir dir_;
+};
+
+class ComputeShareTwoSlicesTest : public ComputeShareTest,
+                                  public ::testing::WithParamInterface<std::pair<int, int>> {};
+
+TEST_P(ComputeShareTwoSlicesTest, EachGetsItsShare) {
+  const auto [a, b] = GetParam();
+  const std::vector<Outcome> runs =
+      RunTogether({{LaunchArgs(), Share("a", a)}, {LaunchArgs(), Share("b", b)}});
+  ExpectShare(runs[0], a / 1000.0, "slice a, share " + std::to_string(a));
+  ExpectShare(runs[1], b / 1000.0, "slice b, share " + std::to_string(b));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shares, ComputeShareTwoSlicesTest,
+                         ::testing::Values(std::pair{250, 750}, std::pair{100, 900}),
+                         [](const ::testing::TestParamInfo<std::pair<int, int>>& param_info) {
+                           return std::to_string(param_info.param.first) + "_" +
+                                  std::to_string(param_info.param.second);
+                         });
+
+// Without shares the interposer holds nothing back and the engine is split: the two probes
+// really compete for one engine, so the shares above are the interposer's doing.
+TEST_F(ComputeShareTest, WithoutSharesTwoSlicesSplitTheEngine) {
+  const std::vector<Outcome> runs =
+      RunTogether({{LaunchArgs(), Env("a", {})}, {LaunchArgs(), Env("b", {})}});
+  ExpectShares(runs[0], 0.35, 0.65, "slice a, no share");
+  ExpectShares(runs[1], 0.35, 0.65, "slice b, no share");
+}
+
+TEST_F(ComputeShareTest, AStrictSliceAloneKeepsToItsShare) {
+  const Outcome run = RunProbe(LaunchArgs(), Share("alone", 250), 120000);
+  ExpectShare(run, 0.25, "strict 250 alone");
+  const absl::StatusOr<SliceSnapshot> slice = ReadSlice(SlicePath(dir_ / "shm", "alone"));
+  ASSERT_TRUE(slice.ok()) << slice.status();
+  EXPECT_EQ(slice->share_milli, 250);
+  EXPECT_EQ(slice->policy, SharePolicy::kStrict);
+  EXPECT_GE(static_cast<long long>(slice->launches), Field(run.Json(), "launches"));
+  // About a quarter of 4 s of GPU time, and launches held back for the rest.
+  EXPECT_GT(slice->kernel_ns, 700'000'000u);
+  EXPECT_LT(slice->kernel_ns, 1'500'000'000u);
+  EXPECT_GT(slice->throttled_ns, 1'000'000'000u);
+}
+
+TEST_F(ComputeShareTest, ABorrowingSliceAloneUsesTheIdleEngine) {
+  const Outcome run = RunProbe(LaunchArgs(), Share("alone", 250, "borrow"), 120000);
+  ExpectShares(run, 0.6, 1.0, "borrow 250 alone");
+}
+
+struct PathCase {
+  std::string path;
+  bool ptsz;
+  std::string via;
+};
+
+void PrintTo(const PathCase& c, std::ostream* os) {
+  *os << "--via " << c.via << (c.ptsz ? " --ptsz" : "") << " --path " << c.path;
+}
+
+class ComputeShareLaunchPathTest : public ComputeShareTest,
+                                   public ::testing::WithParamInterface<PathCase> {};
+
+TEST_P(ComputeShareLaunchPathTest, IsThrottled) {
+  const PathCase& c = GetParam();
+  std::vector<std::string> args = LaunchArgs(c.path);
+  args.insert(args.begin(), {"--via", c.via});
+  if (c.ptsz) args.insert(args.begin(), "--ptsz");
+  const Outcome run = RunProbe(args, Share("alone", 250), 120000);
+  ExpectShare(run, 0.25, "strict 250 alone, path " + c.path);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Paths, ComputeShareLaunchPathTest,
+    ::testing::Values(PathCase{"kernel", false, "getproc"}, PathCase{"ex", false, "getproc"},
+                      PathCase{"coop", false, "getproc"}, PathCase{"graph", false, "getproc"},
+                      PathCase{"kernel", true, "getproc"}, PathCase{"graph", true, "getproc"},
+                      PathCase{"kernel", false, "dlsym"}, PathCase{"ex", true, "dlsym"}),
+    [](const ::testing::TestParamInfo<PathCase>& param_info) {
+      return param_info.param.path + (param_info.param.ptsz ? "_ptsz" : "") + "_" +
+             param_info.param.via;
+    });
+
+}  // namespace
+}  // namespace gpuslice::shim::testing
