@@ -11,6 +11,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "shared_file.h"
+
 namespace gpuslice::shim {
 namespace {
 
@@ -78,65 +80,27 @@ bool Accounting::Open(const Config& config, std::string* error) {
     return false;
   }
   path_ = config.shm_dir + "/slice-" + config.slice_id;
-  fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (fd_ < 0) {
-    *error = Errno("cannot open the accounting file " + path_);
+  // A new slice: this process's settings become the slice's.
+  auto init = [](void* map, const void* context) {
+    const auto& c = *static_cast<const Config*>(context);
+    auto* r = static_cast<SliceRegion*>(map);
+    InitRobustMutex(&r->lock);
+    std::snprintf(r->slice_id, sizeof r->slice_id, "%s", c.slice_id.c_str());
+    const bool measure = c.mode == Mode::kMeasure;
+    r->mode = static_cast<std::uint32_t>(measure ? SliceMode::kMeasure : SliceMode::kEnforce);
+    r->policy = static_cast<std::uint32_t>(c.policy);
+    r->cap_bytes = measure ? 0 : c.cap_bytes;
+    r->share_milli = measure ? 0 : static_cast<std::uint32_t>(c.share_milli);
+    r->context_reserve_bytes = c.context_reserve_bytes;
+    r->created_unix_s = static_cast<std::uint64_t>(std::time(nullptr));
+  };
+  SharedFile file;
+  if (!MapSharedFile(path_, sizeof(SliceRegion), "accounting file", init, &config, &file, error)) {
     return false;
   }
-  fchmod(fd_, 0666);
-  if (flock(fd_, LOCK_EX) != 0) {
-    *error = Errno("cannot lock " + path_);
-    close(fd_);
-    fd_ = -1;
-    return false;
-  }
-  struct stat st {};
-  bool ok = fstat(fd_, &st) == 0;
-  if (ok && static_cast<std::size_t>(st.st_size) < sizeof(SliceRegion)) {
-    ok = ftruncate(fd_, static_cast<off_t>(sizeof(SliceRegion))) == 0;
-  }
-  void* map = ok ? mmap(nullptr, sizeof(SliceRegion), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0)
-                 : MAP_FAILED;
-  if (map == MAP_FAILED) {
-    *error = Errno("cannot map the accounting file " + path_);
-    flock(fd_, LOCK_UN);
-    close(fd_);
-    fd_ = -1;
-    return false;
-  }
+  fd_ = file.fd;
+  void* map = file.map;
   auto* region = static_cast<SliceRegion*>(map);
-  if (region->magic == 0) {
-    // New slice: this process's settings become the slice's.
-    pthread_mutexattr_t attributes;
-    pthread_mutexattr_init(&attributes);
-    pthread_mutexattr_setpshared(&attributes, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&attributes, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init(&region->lock, &attributes);
-    pthread_mutexattr_destroy(&attributes);
-    std::snprintf(region->slice_id, sizeof region->slice_id, "%s", config.slice_id.c_str());
-    region->mode = static_cast<std::uint32_t>(config.mode == Mode::kMeasure ? SliceMode::kMeasure
-                                                                            : SliceMode::kEnforce);
-    region->policy = static_cast<std::uint32_t>(config.policy);
-    region->cap_bytes = config.mode == Mode::kMeasure ? 0 : config.cap_bytes;
-    region->share_milli =
-        config.mode == Mode::kMeasure ? 0 : static_cast<std::uint32_t>(config.share_milli);
-    region->context_reserve_bytes = config.context_reserve_bytes;
-    region->created_unix_s = static_cast<std::uint64_t>(std::time(nullptr));
-    region->version = kRegionVersion;
-    region->size = sizeof(SliceRegion);
-    __atomic_store_n(&region->magic, kRegionMagic, __ATOMIC_RELEASE);
-  } else if (region->magic != kRegionMagic || region->version != kRegionVersion ||
-             region->size != sizeof(SliceRegion)) {
-    *error = "the accounting file " + path_ +
-             " has another layout (written by another gpuslice version?); remove it when no "
-             "process of the slice runs";
-    munmap(map, sizeof(SliceRegion));
-    flock(fd_, LOCK_UN);
-    close(fd_);
-    fd_ = -1;
-    return false;
-  }
-  flock(fd_, LOCK_UN);
   region_ = region;
   cap_bytes_ = region->cap_bytes;
   share_milli_ = static_cast<int>(region->share_milli);
@@ -184,8 +148,8 @@ void Accounting::ReclaimDeadLocked() {
   for (int i = 0; i < kMaxProcesses; ++i) {
     ProcessSlot& slot = region_->slots[i];
     if (slot.pid == 0 || i == slot_ || SlotAlive(i)) continue;
-    region_->used_bytes -= slot.used_bytes <= region_->used_bytes ? slot.used_bytes
-                                                                   : region_->used_bytes;
+    region_->used_bytes -=
+        slot.used_bytes <= region_->used_bytes ? slot.used_bytes : region_->used_bytes;
     region_->reclaimed_processes += 1;
     region_->reclaimed_bytes += slot.used_bytes;
     std::memset(&slot, 0, sizeof slot);
@@ -326,8 +290,8 @@ void Accounting::Leave() {
   if (region_ == nullptr) return;
   Lock();
   ProcessSlot& slot = region_->slots[slot_];
-  region_->used_bytes -= slot.used_bytes <= region_->used_bytes ? slot.used_bytes
-                                                                : region_->used_bytes;
+  region_->used_bytes -=
+      slot.used_bytes <= region_->used_bytes ? slot.used_bytes : region_->used_bytes;
   std::memset(&slot, 0, sizeof slot);
   Unlock();
   region_ = nullptr;

@@ -19,8 +19,7 @@ std::string Trim(std::string s) {
 }
 
 // key=value lines; '#' starts a comment. Returns false (and says why) when the file cannot be read.
-bool ReadLimitsFile(const char* path, std::map<std::string, std::string>* out,
-                    std::string* error) {
+bool ReadLimitsFile(const char* path, std::map<std::string, std::string>* out, std::string* error) {
   FILE* file = std::fopen(path, "re");
   if (file == nullptr) {
     *error = std::string("GPUSLICE_LIMITS_FILE ") + path + ": " + std::strerror(errno);

@@ -265,8 +265,7 @@ struct nvmlMemory_v2_t {
   unsigned long long used;
 };
 using nvmlDeviceGetMemoryInfo_t = nvmlReturn_t (*)(nvmlDevice_t device, nvmlMemory_t* memory);
-using nvmlDeviceGetMemoryInfo_v2_t = nvmlReturn_t (*)(nvmlDevice_t device,
-                                                       nvmlMemory_v2_t* memory);
+using nvmlDeviceGetMemoryInfo_v2_t = nvmlReturn_t (*)(nvmlDevice_t device, nvmlMemory_v2_t* memory);
 
 }  // namespace gpuslice::cuda::nvml
 

@@ -209,9 +209,9 @@ std::string LimitsSentence() {
   }
   text = part;
   if (g_accounting.ShareMilli() > 0 && g_accounting.ShareMilli() < 1000) {
-    std::snprintf(part, sizeof part, ", compute share %.1f%% (%s)",
-                  g_accounting.ShareMilli() / 10.0,
-                  g_accounting.Policy() == SharePolicy::kStrict ? "strict" : "may borrow idle time");
+    std::snprintf(
+        part, sizeof part, ", compute share %.1f%% (%s)", g_accounting.ShareMilli() / 10.0,
+        g_accounting.Policy() == SharePolicy::kStrict ? "strict" : "may borrow idle time");
   } else {
     std::snprintf(part, sizeof part, ", no compute limit");
   }
@@ -234,8 +234,10 @@ bool EnsureAccounting() {
   if (!error.empty()) {
     // Limits were asked for and cannot be kept: refuse rather than run without them.
     if (g_config.log_level >= 1) {
-      Log(1, "%s; CUDA is refused because the slice's limits could not be enforced (set "
-          "GPUSLICE_MODE=passthrough to run without them)", error.c_str());
+      Log(1,
+          "%s; CUDA is refused because the slice's limits could not be enforced (set "
+          "GPUSLICE_MODE=passthrough to run without them)",
+          error.c_str());
     }
     g_accounting_state.store(2, std::memory_order_release);
     return false;
@@ -243,11 +245,10 @@ bool EnsureAccounting() {
   if (g_tables == nullptr) g_tables = new Tables();
   const bool limit = g_accounting.RegionMode() == SliceMode::kEnforce &&
                      g_accounting.ShareMilli() > 0 && g_accounting.ShareMilli() < 1000;
-  g_throttle.Configure(&g_accounting, limit,
-                       g_accounting.RegionMode() == SliceMode::kMeasure, g_config.shm_dir);
-  if (g_config.mode != Mode::kMeasure &&
-      (g_accounting.Cap() != g_config.cap_bytes ||
-       g_accounting.ShareMilli() != g_config.share_milli)) {
+  g_throttle.Configure(&g_accounting, limit, g_accounting.RegionMode() == SliceMode::kMeasure,
+                       g_config.shm_dir);
+  if (g_config.mode != Mode::kMeasure && (g_accounting.Cap() != g_config.cap_bytes ||
+                                          g_accounting.ShareMilli() != g_config.share_milli)) {
     Log(1, "slice %s was started with other limits; the slice's are kept for this process too",
         g_config.slice_id.c_str());
   }
@@ -351,8 +352,8 @@ void ForgetContext(CUcontext context) {
   std::uint64_t reservation = 0;
   {
     std::lock_guard<std::mutex> hold(g_tables->mutex);
-    for (auto* table : {&g_tables->pointers, &g_tables->arrays, &g_tables->mipmaps,
-                        &g_tables->handles}) {
+    for (auto* table :
+         {&g_tables->pointers, &g_tables->arrays, &g_tables->mipmaps, &g_tables->handles}) {
       for (auto it = table->begin(); it != table->end();) {
         if (it->second.context == context) {
           bytes += it->second.bytes;
@@ -494,10 +495,10 @@ using shim::g_driver;
 
 // Every hook starts with this: pass straight on when the interposer is inert, refuse CUDA when
 // the limits cannot be kept.
-#define GPUSLICE_ENTER(field, ...)                                                       \
-  shim::LoadOnce();                                                                      \
-  if (g_driver.field == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                      \
-  if (!shim::g_active) return g_driver.field(__VA_ARGS__);                               \
+#define GPUSLICE_ENTER(field, ...)                                  \
+  shim::LoadOnce();                                                 \
+  if (g_driver.field == nullptr) return CUDA_ERROR_NOT_INITIALIZED; \
+  if (!shim::g_active) return g_driver.field(__VA_ARGS__);          \
   if (!shim::EnsureAccounting()) return CUDA_ERROR_NOT_INITIALIZED;
 
 // ---------------------------------------------------------------------------------------------
@@ -543,8 +544,8 @@ void* HookForProc(const char* symbol, void* function, int version, cuuint64_t fl
     if (best == nullptr || rank(h) > rank(*best)) best = &h;
   }
   if (best == nullptr) return function;
-  Log(2, "cuGetProcAddress(%s, %d) gave a pointer dlsym did not; hooking it as %s", symbol,
-      version, best->name);
+  Log(2, "cuGetProcAddress(%s, %d) gave a pointer dlsym did not; hooking it as %s", symbol, version,
+      best->name);
   best->adopt(function);
   best->real = function;
   return best->hook;
@@ -699,7 +700,8 @@ GPUSLICE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitc
   GPUSLICE_ENTER(cuMemAllocPitch_v2, dptr, pitch, widthInBytes, height, elementSizeBytes)
   // Counted first at the widest pitch drivers choose (512-byte rows), then corrected to the
   // driver's own pitch.
-  const std::uint64_t counted = (widthInBytes + 511) / 512 * 512 * static_cast<std::uint64_t>(height);
+  const std::uint64_t counted =
+      (widthInBytes + 511) / 512 * 512 * static_cast<std::uint64_t>(height);
   if (!shim::g_accounting.Reserve(counted, false)) {
     shim::LogRefusal("cuMemAllocPitch", counted);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -727,30 +729,30 @@ GPUSLICE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   return shim::Free(shim::g_tables->pointers, dptr, [&] { return g_driver.cuMemFree_v2(dptr); });
 }
 
-#define GPUSLICE_ASYNC_ALLOC(name)                                                            \
-  GPUSLICE_EXPORT CUresult name(CUdeviceptr* dptr, std::size_t bytes, CUstream stream) {      \
-    GPUSLICE_ENTER(name, dptr, bytes, stream)                                                 \
-    return shim::Allocate("cuMemAllocAsync", shim::g_tables->pointers, bytes,                 \
-                          [&](std::uint64_t* key) {                                           \
-                            const CUresult r = g_driver.name(dptr, bytes, stream);            \
-                            if (r == CUDA_SUCCESS) *key = *dptr;                              \
-                            return r;                                                         \
-                          });                                                                 \
+#define GPUSLICE_ASYNC_ALLOC(name)                                                       \
+  GPUSLICE_EXPORT CUresult name(CUdeviceptr* dptr, std::size_t bytes, CUstream stream) { \
+    GPUSLICE_ENTER(name, dptr, bytes, stream)                                            \
+    return shim::Allocate("cuMemAllocAsync", shim::g_tables->pointers, bytes,            \
+                          [&](std::uint64_t* key) {                                      \
+                            const CUresult r = g_driver.name(dptr, bytes, stream);       \
+                            if (r == CUDA_SUCCESS) *key = *dptr;                         \
+                            return r;                                                    \
+                          });                                                            \
   }
 GPUSLICE_ASYNC_ALLOC(cuMemAllocAsync)
 GPUSLICE_ASYNC_ALLOC(cuMemAllocAsync_ptsz)
 #undef GPUSLICE_ASYNC_ALLOC
 
-#define GPUSLICE_POOL_ALLOC(name)                                                             \
-  GPUSLICE_EXPORT CUresult name(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool pool,      \
-                                CUstream stream) {                                            \
-    GPUSLICE_ENTER(name, dptr, bytes, pool, stream)                                           \
-    return shim::Allocate("cuMemAllocFromPoolAsync", shim::g_tables->pointers, bytes,         \
-                          [&](std::uint64_t* key) {                                           \
-                            const CUresult r = g_driver.name(dptr, bytes, pool, stream);      \
-                            if (r == CUDA_SUCCESS) *key = *dptr;                              \
-                            return r;                                                         \
-                          });                                                                 \
+#define GPUSLICE_POOL_ALLOC(name)                                                        \
+  GPUSLICE_EXPORT CUresult name(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool pool, \
+                                CUstream stream) {                                       \
+    GPUSLICE_ENTER(name, dptr, bytes, pool, stream)                                      \
+    return shim::Allocate("cuMemAllocFromPoolAsync", shim::g_tables->pointers, bytes,    \
+                          [&](std::uint64_t* key) {                                      \
+                            const CUresult r = g_driver.name(dptr, bytes, pool, stream); \
+                            if (r == CUDA_SUCCESS) *key = *dptr;                         \
+                            return r;                                                    \
+                          });                                                            \
   }
 GPUSLICE_POOL_ALLOC(cuMemAllocFromPoolAsync)
 GPUSLICE_POOL_ALLOC(cuMemAllocFromPoolAsync_ptsz)
@@ -758,11 +760,11 @@ GPUSLICE_POOL_ALLOC(cuMemAllocFromPoolAsync_ptsz)
 
 // An asynchronous free is uncounted when it is enqueued: the stream frees it in order, and an
 // allocation made after it on the same stream may reuse the memory.
-#define GPUSLICE_ASYNC_FREE(name)                                                           \
-  GPUSLICE_EXPORT CUresult name(CUdeviceptr dptr, CUstream stream) {                        \
-    GPUSLICE_ENTER(name, dptr, stream)                                                      \
-    return shim::Free(shim::g_tables->pointers, dptr,                                       \
-                      [&] { return g_driver.name(dptr, stream); });                         \
+#define GPUSLICE_ASYNC_FREE(name)                                    \
+  GPUSLICE_EXPORT CUresult name(CUdeviceptr dptr, CUstream stream) { \
+    GPUSLICE_ENTER(name, dptr, stream)                               \
+    return shim::Free(shim::g_tables->pointers, dptr,                \
+                      [&] { return g_driver.name(dptr, stream); });  \
   }
 GPUSLICE_ASYNC_FREE(cuMemFreeAsync)
 GPUSLICE_ASYNC_FREE(cuMemFreeAsync_ptsz)
@@ -895,53 +897,50 @@ GPUSLICE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::
 
 GPUSLICE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   GPUSLICE_ENTER(cuMemRelease, handle)
-  return shim::Free(shim::g_tables->handles, handle,
-                    [&] { return g_driver.cuMemRelease(handle); });
+  return shim::Free(shim::g_tables->handles, handle, [&] { return g_driver.cuMemRelease(handle); });
 }
 
 // ---------------------------------------------------------------------------------------------
 // Launches: every path goes through the throttle.
 
-#define GPUSLICE_LAUNCH_KERNEL(name, per_thread)                                                \
-  GPUSLICE_EXPORT CUresult name(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,     \
-                                unsigned int gridDimZ, unsigned int blockDimX,                  \
-                                unsigned int blockDimY, unsigned int blockDimZ,                 \
-                                unsigned int sharedMemBytes, CUstream stream,                   \
-                                void** kernelParams, void** extra) {                            \
-    GPUSLICE_ENTER(name, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,      \
-                   sharedMemBytes, stream, kernelParams, extra)                                 \
-    return shim::Launch(stream, per_thread, f, [&] {                                            \
-      return g_driver.name(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,    \
-                           sharedMemBytes, stream, kernelParams, extra);                        \
-    });                                                                                         \
+#define GPUSLICE_LAUNCH_KERNEL(name, per_thread)                                             \
+  GPUSLICE_EXPORT CUresult name(                                                             \
+      CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,     \
+      unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                \
+      unsigned int sharedMemBytes, CUstream stream, void** kernelParams, void** extra) {     \
+    GPUSLICE_ENTER(name, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,   \
+                   sharedMemBytes, stream, kernelParams, extra)                              \
+    return shim::Launch(stream, per_thread, f, [&] {                                         \
+      return g_driver.name(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, \
+                           sharedMemBytes, stream, kernelParams, extra);                     \
+    });                                                                                      \
   }
 GPUSLICE_LAUNCH_KERNEL(cuLaunchKernel, false)
 GPUSLICE_LAUNCH_KERNEL(cuLaunchKernel_ptsz, true)
 #undef GPUSLICE_LAUNCH_KERNEL
 
-#define GPUSLICE_LAUNCH_EX(name, per_thread)                                                    \
-  GPUSLICE_EXPORT CUresult name(const CUlaunchConfig* config, CUfunction f,                     \
-                                void** kernelParams, void** extra) {                            \
-    GPUSLICE_ENTER(name, config, f, kernelParams, extra)                                        \
-    return shim::Launch(config == nullptr ? nullptr : config->hStream, per_thread, f,           \
-                        [&] { return g_driver.name(config, f, kernelParams, extra); });         \
+#define GPUSLICE_LAUNCH_EX(name, per_thread)                                                     \
+  GPUSLICE_EXPORT CUresult name(const CUlaunchConfig* config, CUfunction f, void** kernelParams, \
+                                void** extra) {                                                  \
+    GPUSLICE_ENTER(name, config, f, kernelParams, extra)                                         \
+    return shim::Launch(config == nullptr ? nullptr : config->hStream, per_thread, f,            \
+                        [&] { return g_driver.name(config, f, kernelParams, extra); });          \
   }
 GPUSLICE_LAUNCH_EX(cuLaunchKernelEx, false)
 GPUSLICE_LAUNCH_EX(cuLaunchKernelEx_ptsz, true)
 #undef GPUSLICE_LAUNCH_EX
 
-#define GPUSLICE_LAUNCH_COOPERATIVE(name, per_thread)                                           \
-  GPUSLICE_EXPORT CUresult name(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,     \
-                                unsigned int gridDimZ, unsigned int blockDimX,                  \
-                                unsigned int blockDimY, unsigned int blockDimZ,                 \
-                                unsigned int sharedMemBytes, CUstream stream,                   \
-                                void** kernelParams) {                                          \
-    GPUSLICE_ENTER(name, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,      \
-                   sharedMemBytes, stream, kernelParams)                                        \
-    return shim::Launch(stream, per_thread, f, [&] {                                            \
-      return g_driver.name(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,    \
-                           sharedMemBytes, stream, kernelParams);                               \
-    });                                                                                         \
+#define GPUSLICE_LAUNCH_COOPERATIVE(name, per_thread)                                        \
+  GPUSLICE_EXPORT CUresult name(                                                             \
+      CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,     \
+      unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                \
+      unsigned int sharedMemBytes, CUstream stream, void** kernelParams) {                   \
+    GPUSLICE_ENTER(name, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,   \
+                   sharedMemBytes, stream, kernelParams)                                     \
+    return shim::Launch(stream, per_thread, f, [&] {                                         \
+      return g_driver.name(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, \
+                           sharedMemBytes, stream, kernelParams);                            \
+    });                                                                                      \
   }
 GPUSLICE_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel, false)
 GPUSLICE_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, true)
@@ -953,18 +952,16 @@ GPUSLICE_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS
   GPUSLICE_ENTER(cuLaunchCooperativeKernelMultiDevice, launchParamsList, numDevices, flags)
   const bool any = launchParamsList != nullptr && numDevices > 0;
   return shim::Launch(any ? launchParamsList[0].hStream : nullptr, false,
-                      any ? static_cast<const void*>(launchParamsList[0].function) : nullptr,
-                      [&] {
+                      any ? static_cast<const void*>(launchParamsList[0].function) : nullptr, [&] {
                         return g_driver.cuLaunchCooperativeKernelMultiDevice(launchParamsList,
                                                                              numDevices, flags);
                       });
 }
 
-#define GPUSLICE_GRAPH_LAUNCH(name, per_thread)                                      \
-  GPUSLICE_EXPORT CUresult name(CUgraphExec graph, CUstream stream) {                \
-    GPUSLICE_ENTER(name, graph, stream)                                              \
-    return shim::Launch(stream, per_thread, graph,                                   \
-                        [&] { return g_driver.name(graph, stream); });               \
+#define GPUSLICE_GRAPH_LAUNCH(name, per_thread)                                                   \
+  GPUSLICE_EXPORT CUresult name(CUgraphExec graph, CUstream stream) {                             \
+    GPUSLICE_ENTER(name, graph, stream)                                                           \
+    return shim::Launch(stream, per_thread, graph, [&] { return g_driver.name(graph, stream); }); \
   }
 GPUSLICE_GRAPH_LAUNCH(cuGraphLaunch, false)
 GPUSLICE_GRAPH_LAUNCH(cuGraphLaunch_ptsz, true)
@@ -984,9 +981,8 @@ GPUSLICE_EXPORT CUresult cuLaunchGrid(CUfunction f, int gridWidth, int gridHeigh
 GPUSLICE_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int gridWidth, int gridHeight,
                                            CUstream stream) {
   GPUSLICE_ENTER(cuLaunchGridAsync, f, gridWidth, gridHeight, stream)
-  return shim::Launch(stream, false, f, [&] {
-    return g_driver.cuLaunchGridAsync(f, gridWidth, gridHeight, stream);
-  });
+  return shim::Launch(stream, false, f,
+                      [&] { return g_driver.cuLaunchGridAsync(f, gridWidth, gridHeight, stream); });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1086,10 +1082,10 @@ GPUSLICE_EXPORT cuda::nvml::nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(
 namespace gpuslice::shim {
 namespace {
 
-#define GPUSLICE_HOOK(name, base, version, per_thread)                                  \
-  Hook {                                                                               \
-    #name, base, version, per_thread, reinterpret_cast<void*>(&::name), nullptr,       \
-        [](void* pointer) { std::memcpy(&g_driver.name, &pointer, sizeof pointer); }   \
+#define GPUSLICE_HOOK(name, base, version, per_thread)                               \
+  Hook {                                                                             \
+#name, base, version, per_thread, reinterpret_cast < void*>(&::name), nullptr,   \
+        [](void* pointer) { std::memcpy(&g_driver.name, &pointer, sizeof pointer); } \
   }
 
 void AdoptNothing(void*) {}

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <new>
 
+#include "shared_file.h"
+
 namespace gpuslice::shim {
 namespace {
 
@@ -28,48 +30,16 @@ bool LockByte(int fd, int index, short type, int command) {
 bool Schedule::Join(const std::string& directory, const char* gpu_uuid, const char* slice_id,
                     int share_milli, SharePolicy policy, std::string* error) {
   const std::string path = directory + "/gpu-" + gpu_uuid;
-  fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (fd_ < 0) {
-    *error = "cannot open the GPU's schedule " + path + ": " + std::strerror(errno);
+  SharedFile file;
+  auto init = [](void* map, const void*) {
+    InitRobustMutex(&static_cast<GpuSchedule*>(map)->lock);
+  };
+  if (!MapSharedFile(path, sizeof(GpuSchedule), "GPU's schedule", init, nullptr, &file, error)) {
     return false;
   }
-  fchmod(fd_, 0666);
-  flock(fd_, LOCK_EX);
-  struct stat st {};
-  bool ok = fstat(fd_, &st) == 0;
-  if (ok && static_cast<std::size_t>(st.st_size) < sizeof(GpuSchedule)) {
-    ok = ftruncate(fd_, static_cast<off_t>(sizeof(GpuSchedule))) == 0;
-  }
-  void* map = ok ? mmap(nullptr, sizeof(GpuSchedule), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0)
-                 : MAP_FAILED;
-  if (map == MAP_FAILED) {
-    *error = "cannot map the GPU's schedule " + path + ": " + std::strerror(errno);
-    flock(fd_, LOCK_UN);
-    close(fd_);
-    fd_ = -1;
-    return false;
-  }
+  fd_ = file.fd;
+  void* map = file.map;
   auto* schedule = static_cast<GpuSchedule*>(map);
-  if (schedule->magic == 0) {
-    pthread_mutexattr_t attributes;
-    pthread_mutexattr_init(&attributes);
-    pthread_mutexattr_setpshared(&attributes, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&attributes, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init(&schedule->lock, &attributes);
-    pthread_mutexattr_destroy(&attributes);
-    schedule->version = kRegionVersion;
-    schedule->size = sizeof(GpuSchedule);
-    __atomic_store_n(&schedule->magic, kRegionMagic, __ATOMIC_RELEASE);
-  } else if (schedule->magic != kRegionMagic || schedule->version != kRegionVersion ||
-             schedule->size != sizeof(GpuSchedule)) {
-    *error = "the GPU's schedule " + path + " has another layout";
-    munmap(map, sizeof(GpuSchedule));
-    flock(fd_, LOCK_UN);
-    close(fd_);
-    fd_ = -1;
-    return false;
-  }
-  flock(fd_, LOCK_UN);
   schedule_ = schedule;
 
   Lock();

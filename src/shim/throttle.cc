@@ -15,15 +15,14 @@
 namespace gpuslice::shim {
 namespace {
 
-using cuda::CUDA_SUCCESS;
 using cuda::CUDA_ERROR_NOT_READY;
+using cuda::CUDA_SUCCESS;
 
 constexpr std::uint64_t kOthersWindowNs = 200'000'000;  // "recently" for the borrow policy
 constexpr std::size_t kMaxPending = 256;                // launches timed but not yet complete
 
 // The per-thread default stream's handle (CU_STREAM_PER_THREAD).
 cuda::CUstream PerThreadStream() { return reinterpret_cast<cuda::CUstream>(std::uintptr_t{2}); }
-
 
 }  // namespace
 
@@ -71,8 +70,8 @@ void Throttle::PollLocked(bool wait_for_oldest) {
     }
     if (state == CUDA_ERROR_NOT_READY) break;
     float ms = 0;
-    if (state == CUDA_SUCCESS &&
-        g_driver.cuEventElapsedTime(&ms, p.start, p.end) == CUDA_SUCCESS && ms >= 0) {
+    if (state == CUDA_SUCCESS && g_driver.cuEventElapsedTime(&ms, p.start, p.end) == CUDA_SUCCESS &&
+        ms >= 0) {
       const auto actual = static_cast<std::int64_t>(static_cast<double>(ms) * 1e6);
       std::int64_t& estimate = estimates_[p.key];
       estimate = estimate == 0 ? actual : (3 * estimate + actual) / 4;

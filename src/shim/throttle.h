@@ -84,7 +84,7 @@ class Throttle {
   std::uint64_t others_checked_ns_ = 0;
   bool others_active_ = true;
   Schedule schedule_;
-  std::uint64_t queue_end_ns_ = 0;  // when the work this process enqueued is predicted to end
+  std::uint64_t queue_end_ns_ = 0;   // when the work this process enqueued is predicted to end
   std::uint64_t paid_until_ns_ = 0;  // after a launch longer than the window: skip until then
   // The slice's measured GPU time (time, kernel_ns) every 50 ms over the last second: what the
   // share fell short by extends the window (Extension).
