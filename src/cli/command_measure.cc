@@ -404,9 +404,8 @@ int Measure(const MeasureOptions& o, const GlobalOptions& global) {
   }
   const shim::SliceSnapshot& slice = *read;
   const std::vector<shim::SliceProcess> seen = watcher.Seen(slice);
-  const std::uint64_t processes_seen =
-      std::max<std::uint64_t>({1, seen.size(), slice.processes.size() + slice.reclaimed_processes,
-                               slice.processes_joined});
+  const std::uint64_t processes_seen = std::max<std::uint64_t>(
+      {1, seen.size(), slice.processes.size() + slice.reclaimed_processes, slice.processes_joined});
 
   // Sizing, with the planner's own rules.
   plan::SizingPolicy policy;

@@ -17,16 +17,15 @@ absl::StatusOr<std::string> FindInterposer() {
   if (const char* env = std::getenv("GPUSLICE_INTERPOSER"); env != nullptr && *env != '\0') {
     // An explicit choice is the only one: never a different library than the one named.
     if (access(env, R_OK) == 0) return std::string(env);
-    return absl::NotFoundError(absl::StrCat("GPUSLICE_INTERPOSER=", env,
-                                            ": the CUDA interposer is not there"));
+    return absl::NotFoundError(
+        absl::StrCat("GPUSLICE_INTERPOSER=", env, ": the CUDA interposer is not there"));
   }
   std::error_code error;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   if (!error) {
     const std::filesystem::path dir = self.parent_path();
     candidates.push_back((dir / "shim" / "libgpuslice-cuda.so").string());
-    candidates.push_back(
-        (dir.parent_path() / "lib" / "gpuslice" / "libgpuslice-cuda.so").string());
+    candidates.push_back((dir.parent_path() / "lib" / "gpuslice" / "libgpuslice-cuda.so").string());
   }
   candidates.push_back("/usr/lib/gpuslice/libgpuslice-cuda.so");
   for (const std::string& path : candidates) {

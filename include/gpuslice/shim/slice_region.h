@@ -33,8 +33,8 @@ inline constexpr std::uint32_t kRegionMagic = 0x67736c63u;  // "gslc"
 inline constexpr std::uint32_t kRegionVersion = 1;
 inline constexpr int kMaxProcesses = 256;
 inline constexpr int kSizeHistogramBuckets = 48;  // allocations by floor(log2(bytes))
-inline constexpr int kSliceIdSize = 64;            // NUL-terminated, [A-Za-z0-9._-]
-inline constexpr int kGpuUuidSize = 48;            // "GPU-xxxxxxxx-...", NUL-terminated
+inline constexpr int kSliceIdSize = 64;           // NUL-terminated, [A-Za-z0-9._-]
+inline constexpr int kGpuUuidSize = 48;           // "GPU-xxxxxxxx-...", NUL-terminated
 
 enum class SliceMode : std::uint32_t {
   kEnforce = 0,  // the cap and the share are in force
@@ -47,12 +47,12 @@ enum class SharePolicy : std::uint32_t {
 };
 
 struct ProcessSlot {
-  std::int32_t pid;          // in the process's own PID namespace; 0 = free slot
-  std::int32_t host_pid;     // the first NSpid entry of /proc/self/status when it has more than
-                             // one (the PID further out); 0 otherwise: readers resolve it
-  std::uint64_t pid_ns;      // inode of /proc/self/ns/pid: with pid, finds the host PID
-  std::uint64_t start_ticks; // field 22 of /proc/self/stat: tells a reused PID apart
-  std::uint64_t used_bytes;  // counted now: live allocations and context reservations
+  std::int32_t pid;           // in the process's own PID namespace; 0 = free slot
+  std::int32_t host_pid;      // the first NSpid entry of /proc/self/status when it has more than
+                              // one (the PID further out); 0 otherwise: readers resolve it
+  std::uint64_t pid_ns;       // inode of /proc/self/ns/pid: with pid, finds the host PID
+  std::uint64_t start_ticks;  // field 22 of /proc/self/stat: tells a reused PID apart
+  std::uint64_t used_bytes;   // counted now: live allocations and context reservations
   std::uint64_t peak_bytes;
   std::uint64_t context_bytes;  // the part of used_bytes that is context reservations
   std::uint64_t allocations;    // successful allocation calls
@@ -66,7 +66,8 @@ struct SliceRegion {
   std::uint32_t magic;
   std::uint32_t version;
   std::uint32_t size;  // sizeof(SliceRegion)
-  std::uint32_t processes_joined;  // processes that ever took a slot (a process that exits frees its slot)
+  std::uint32_t
+      processes_joined;  // processes that ever took a slot (a process that exits frees its slot)
   pthread_mutex_t lock;
 
   char slice_id[kSliceIdSize];
