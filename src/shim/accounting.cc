@@ -134,15 +134,7 @@ void Accounting::Lock() {
 
 void Accounting::Unlock() { pthread_mutex_unlock(&region_->lock); }
 
-bool Accounting::SlotAlive(int index) {
-  struct flock probe {};
-  probe.l_type = F_WRLCK;
-  probe.l_whence = SEEK_SET;
-  probe.l_start = SlotLockOffset(index);
-  probe.l_len = 1;
-  if (fcntl(fd_, F_OFD_GETLK, &probe) != 0) return true;  // cannot tell: keep it
-  return probe.l_type != F_UNLCK;
-}
+bool Accounting::SlotAlive(int index) { return ByteLockedByOthers(fd_, index); }
 
 void Accounting::ReclaimDeadLocked() {
   for (int i = 0; i < kMaxProcesses; ++i) {

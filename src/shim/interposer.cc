@@ -803,45 +803,44 @@ CUresult CreateArray(const char* what, std::unordered_map<std::uint64_t, Allocat
   return result;
 }
 
+// cuArrayCreate and cuArray3DCreate: `create` makes the array; requirement and destroy are shared.
+template <typename Create>
+CUresult CreatePlainArray(const char* what, CUarray* array, std::uint64_t counted,
+                          Create&& create) {
+  return CreateArray(
+      what, g_tables->arrays, counted,
+      [&](std::uint64_t* key) {
+        const CUresult r = create();
+        if (r == CUDA_SUCCESS) *key = Key(*array);
+        return r;
+      },
+      [&](CUDA_ARRAY_MEMORY_REQUIREMENTS* needs) {
+        return g_driver.cuArrayGetMemoryRequirements == nullptr
+                   ? CUDA_ERROR_NOT_SUPPORTED
+                   : g_driver.cuArrayGetMemoryRequirements(needs, *array, CurrentDevice());
+      },
+      [&] { g_driver.cuArrayDestroy(*array); });
+}
+
 }  // namespace
 }  // namespace gpuslice::shim
 
 GPUSLICE_EXPORT CUresult cuArrayCreate_v2(CUarray* array, const CUDA_ARRAY_DESCRIPTOR* desc) {
   GPUSLICE_ENTER(cuArrayCreate_v2, array, desc)
   if (desc == nullptr || array == nullptr) return g_driver.cuArrayCreate_v2(array, desc);
-  return shim::CreateArray(
-      "cuArrayCreate", shim::g_tables->arrays,
+  return shim::CreatePlainArray(
+      "cuArrayCreate", array,
       shim::ArrayBytes(desc->Width, desc->Height, 0, desc->Format, desc->NumChannels),
-      [&](std::uint64_t* key) {
-        const CUresult r = g_driver.cuArrayCreate_v2(array, desc);
-        if (r == CUDA_SUCCESS) *key = shim::Key(*array);
-        return r;
-      },
-      [&](CUDA_ARRAY_MEMORY_REQUIREMENTS* needs) {
-        return g_driver.cuArrayGetMemoryRequirements == nullptr
-                   ? CUDA_ERROR_NOT_SUPPORTED
-                   : g_driver.cuArrayGetMemoryRequirements(needs, *array, shim::CurrentDevice());
-      },
-      [&] { g_driver.cuArrayDestroy(*array); });
+      [&] { return g_driver.cuArrayCreate_v2(array, desc); });
 }
 
 GPUSLICE_EXPORT CUresult cuArray3DCreate_v2(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
   GPUSLICE_ENTER(cuArray3DCreate_v2, array, desc)
   if (desc == nullptr || array == nullptr) return g_driver.cuArray3DCreate_v2(array, desc);
-  return shim::CreateArray(
-      "cuArray3DCreate", shim::g_tables->arrays,
+  return shim::CreatePlainArray(
+      "cuArray3DCreate", array,
       shim::ArrayBytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels),
-      [&](std::uint64_t* key) {
-        const CUresult r = g_driver.cuArray3DCreate_v2(array, desc);
-        if (r == CUDA_SUCCESS) *key = shim::Key(*array);
-        return r;
-      },
-      [&](CUDA_ARRAY_MEMORY_REQUIREMENTS* needs) {
-        return g_driver.cuArrayGetMemoryRequirements == nullptr
-                   ? CUDA_ERROR_NOT_SUPPORTED
-                   : g_driver.cuArrayGetMemoryRequirements(needs, *array, shim::CurrentDevice());
-      },
-      [&] { g_driver.cuArrayDestroy(*array); });
+      [&] { return g_driver.cuArray3DCreate_v2(array, desc); });
 }
 
 GPUSLICE_EXPORT CUresult cuArrayDestroy(CUarray array) {

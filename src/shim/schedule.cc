@@ -84,15 +84,7 @@ void Schedule::Lock() {
 
 void Schedule::Unlock() { pthread_mutex_unlock(&schedule_->lock); }
 
-bool Schedule::EntryAlive(int index) {
-  struct flock probe {};
-  probe.l_type = F_WRLCK;
-  probe.l_whence = SEEK_SET;
-  probe.l_start = SlotLockOffset(index);
-  probe.l_len = 1;
-  if (fcntl(fd_, F_OFD_GETLK, &probe) != 0) return true;
-  return probe.l_type != F_UNLCK;
-}
+bool Schedule::EntryAlive(int index) { return ByteLockedByOthers(fd_, index); }
 
 bool Schedule::SweepLocked() {
   bool changed = false;

@@ -24,6 +24,16 @@ struct Header {
 
 }  // namespace
 
+bool ByteLockedByOthers(int fd, int index) {
+  struct flock probe {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  probe.l_start = SlotLockOffset(index);
+  probe.l_len = 1;
+  if (fcntl(fd, F_OFD_GETLK, &probe) != 0) return true;
+  return probe.l_type != F_UNLCK;
+}
+
 void InitRobustMutex(pthread_mutex_t* mutex) {
   pthread_mutexattr_t attributes;
   pthread_mutexattr_init(&attributes);

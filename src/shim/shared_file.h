@@ -25,6 +25,11 @@ bool MapSharedFile(const std::string& path, std::size_t size, const std::string&
                    void (*init)(void* map, const void* context), const void* context,
                    SharedFile* out, std::string* error);
 
+// Whether another open file description holds a lock on byte SlotLockOffset(index) of `fd` (the
+// liveness of a slice's process or a schedule's entry). This process's own lock does not show.
+// When the kernel cannot tell, it answers true: nothing is reclaimed on a guess.
+bool ByteLockedByOthers(int fd, int index);
+
 // Initialises a process-shared, robust mutex in shared memory.
 void InitRobustMutex(pthread_mutex_t* mutex);
 
