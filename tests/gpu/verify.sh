@@ -10,12 +10,14 @@
 # GiB of device memory and keeps the GPU busy for about a minute in all; run it on a GPU nothing
 # else needs meanwhile (other processes would skew the compute-share figures, not be harmed).
 #
-# Usage: tests/gpu/verify.sh [--gpu INDEX] [--out DIR] [--keep] [--fake BUILD_DIR]
+# Usage: tests/gpu/verify.sh [--gpu INDEX] [--out DIR] [--keep] [--fake BUILD_DIR] [--prebuilt DIR]
 #   --gpu INDEX      the GPU (nvidia-smi's index; default 0); CUDA sees it alone
 #   --out DIR        also write the summary and the raw log there
 #   --keep           keep the work directory (built programs, raw outputs)
 #   --fake BUILD_DIR a dry run on the test CUDA library BUILD_DIR/fake_cuda/libcuda.so.1
 #                    (build target gpuslice_fake_cuda) instead of a GPU; nvidia-smi is not used
+#   --prebuilt DIR   use DIR/libgpuslice-cuda.so and DIR/cuda_probe, built elsewhere with the same
+#                    g++ lines (for a GPU machine without g++); nothing is built
 #
 # It builds the interposer and the probe with g++ into a temporary directory, then checks:
 #   info      the probe's `info` natively (driver version, devices, memory)
@@ -36,6 +38,9 @@
 #             (--fake: "info", the targets being a real GPU's)
 #   pytorch   PyTorch allocating 256 MiB tensors under a 2048 MiB cap until it raises
 #             OutOfMemoryError: pass when it stops at or below the cap
+#   pytorch:share  two PyTorch processes of bf16 matrix products (tests/gpu/torch_share.py) in
+#             slices of 250 and 750: each one's products per 1 s window against its solo rate
+#             within +-0.05 of its share, as for the probe (the runtime's and cuBLAS's launches)
 # It prints a summary table, then one line per check:
 #   gpu-verify <check> <pass|fail|skipped|info> <details>
 # Exit status: 0 when nothing failed, 1 when a check failed, 2 on bad usage.
@@ -45,6 +50,7 @@ gpu=0
 out_dir=""
 keep=0
 fake_build=""
+prebuilt=""
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -52,6 +58,7 @@ while [[ $# -gt 0 ]]; do
     --out) out_dir=${2:?}; shift 2 ;;
     --keep) keep=1; shift ;;
     --fake) fake_build=${2:?}; shift 2 ;;
+    --prebuilt) prebuilt=${2:?}; shift 2 ;;
     -h | --help) usage ;;
     *) echo "verify.sh: unknown argument $1" >&2; usage ;;
   esac
@@ -119,28 +126,38 @@ calc() { awk "BEGIN { print $* }"; }
 mib() { awk -v b="${1:-0}" 'BEGIN { printf "%.0f", b / 1048576 }'; }
 
 # --- build ------------------------------------------------------------------------------------
-section "build (g++, into $work)"
-command -v g++ >/dev/null || { echo "verify.sh: g++ is needed (GCC 10 or later)" >&2; exit 1; }
-say "$(g++ --version | head -1)"
 shim="$work/libgpuslice-cuda.so"
 probe="$work/cuda_probe"
-shim_sources=()
-for source in "$repo"/src/shim/*.cc; do
-  [[ "$(basename "$source")" == slices.cc ]] || shim_sources+=("$source")
-done
-if ! g++ -O2 -std=c++20 -shared -fPIC -I "$repo/include" -I "$repo/src/shim" "${shim_sources[@]}" \
-  -ldl -lpthread -o "$shim" >>"$log" 2>&1; then
-  tail -30 "$log" >&2
-  echo "verify.sh: building the interposer failed" >&2
-  exit 1
+if [[ -n "$prebuilt" ]]; then
+  section "prebuilt programs from $prebuilt"
+  for file in libgpuslice-cuda.so cuda_probe; do
+    [[ -r "$prebuilt/$file" ]] || { echo "verify.sh: no $prebuilt/$file" >&2; exit 2; }
+    cp "$prebuilt/$file" "$work/$file"
+  done
+  chmod +x "$probe"
+  say "copied $shim and $probe"
+else
+  section "build (g++, into $work)"
+  command -v g++ >/dev/null || { echo "verify.sh: g++ is needed (GCC 10 or later), or --prebuilt DIR" >&2; exit 1; }
+  say "$(g++ --version | head -1)"
+  shim_sources=()
+  for source in "$repo"/src/shim/*.cc; do
+    [[ "$(basename "$source")" == slices.cc ]] || shim_sources+=("$source")
+  done
+  if ! g++ -O2 -std=c++20 -shared -fPIC -I "$repo/include" -I "$repo/src/shim" "${shim_sources[@]}" \
+    -ldl -lpthread -o "$shim" >>"$log" 2>&1; then
+    tail -30 "$log" >&2
+    echo "verify.sh: building the interposer failed" >&2
+    exit 1
+  fi
+  if ! g++ -O2 -std=c++20 "$repo/tests/shim/cuda_probe.cc" -I "$repo/src/shim" -ldl -lpthread \
+    -o "$probe" >>"$log" 2>&1; then
+    tail -30 "$log" >&2
+    echo "verify.sh: building the probe failed" >&2
+    exit 1
+  fi
+  say "built $shim and $probe in $((SECONDS - started)) s"
 fi
-if ! g++ -O2 -std=c++20 "$repo/tests/shim/cuda_probe.cc" -I "$repo/src/shim" -ldl -lpthread \
-  -o "$probe" >>"$log" 2>&1; then
-  tail -30 "$log" >&2
-  echo "verify.sh: building the probe failed" >&2
-  exit 1
-fi
-say "built $shim and $probe in $((SECONDS - started)) s"
 
 # --- the machine ------------------------------------------------------------------------------
 if [[ -n "$fake_build" ]]; then
@@ -431,6 +448,7 @@ elif ! command -v python3 >/dev/null ||
   ! timeout 120 python3 -c 'import torch; assert torch.cuda.is_available()' >>"$log" 2>&1; then
   record pytorch skipped "no PyTorch"
 else
+  torch_ok=1
   cat >"$work/torch_cap.py" <<'EOF'
 import json
 import torch
@@ -465,6 +483,56 @@ EOF
     record pytorch fail "PyTorch holds $(mib "$reserved") MiB + $context_mib MiB context > cap 2048 MiB"
   else
     record pytorch pass "$tensors x 256 MiB, $(mib "$reserved") MiB reserved + $context_mib MiB context <= 2048 MiB, then OutOfMemoryError; mem_get_info total $(mib "$(field total "$out")") MiB"
+  fi
+fi
+
+# --- (g) PyTorch's kernels under compute shares -----------------------------------------------
+# cuBLAS matrix products launched through the CUDA runtime (tests/gpu/torch_share.py): whether
+# the runtime's and cuBLAS's launches reach the throttle, judged like the probe's shares.
+section "pytorch:share: bf16 matrix products in two slices, 250/750"
+if [[ "${torch_ok:-0}" != 1 ]]; then
+  record pytorch:share skipped "$([[ $fake == 1 ]] && echo "--fake" || echo "no PyTorch")"
+else
+  solo=$(timeout 120 python3 "$repo/tests/gpu/torch_share.py" --seconds 3 2>>"$log" | tail -1)
+  say "alone: $solo"
+  torch_rate=$(awk -v w="$(array work_per_window "$solo")" 'BEGIN { n = split(w, v, " "); best = 0
+    for (i = 2; i <= n; ++i) if (v[i] > best) best = v[i]; print best }')
+  if ! ((torch_rate > 0)); then
+    record pytorch:share fail "the solo run failed (see the log): $solo"
+  else
+    share_seconds=8
+    i=0
+    for share in 250 750; do
+      timeout 180 env LD_PRELOAD="$shim" GPUSLICE_SHM_DIR="$work/shm" GPUSLICE_LOG=1 \
+        GPUSLICE_SLICE="verify-$$-torch-share-$i" GPUSLICE_COMPUTE_SHARE_MILLI=$share \
+        GPUSLICE_SHARE_POLICY=strict GPUSLICE_CONTEXT_RESERVE_MIB=$context_mib \
+        python3 "$repo/tests/gpu/torch_share.py" --seconds $share_seconds >"$work/torch_share.$i" \
+        2>>"$log" &
+      bg_pids+=($!)
+      i=$((i + 1))
+    done
+    wait
+    bg_pids=()
+    ok=1
+    text=""
+    i=0
+    for share in 250 750; do
+      out=$(tail -1 "$work/torch_share.$i")
+      say "share $share: $out"
+      verdict=$(awk -v w="$(array work_per_window "$out")" -v r="$torch_rate" -v want="$share" \
+        -v s="$share_seconds" 'BEGIN {
+        n = split(w, v, " "); ok = (n >= s); list = ""
+        for (i = 2; i <= s && i <= n; ++i) {
+          got = v[i] / r; list = list sprintf("%s%.3f", (list == "" ? "" : ","), got)
+          d = got - want / 1000; if (d < 0) d = -d; if (d > 0.05) ok = 0
+        }
+        printf "%d %s", ok, list }')
+      ((${verdict%% *} == 1)) || ok=0
+      text+="${text:+; }$share: ${verdict#* }"
+      i=$((i + 1))
+    done
+    record pytorch:share "$([[ $ok == 1 ]] && echo pass || echo fail)" \
+      "solo $torch_rate products/s; achieved per window (want +-0.05): $text"
   fi
 fi
 
