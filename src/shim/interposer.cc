@@ -132,9 +132,16 @@ struct Hook {
 Hook* Hooks(std::size_t* count);
 void LoadNvml();
 
-// Loads the settings and the real driver once. Hooks call it first.
-void LoadOnce() {
-  if (g_loaded.load(std::memory_order_acquire) == 2) return;
+void LoadSlow();
+
+// Loads the settings and the real driver once. Hooks call it first; after the first call it is
+// one load, inlined into every hook.
+inline void LoadOnce() {
+  if (g_loaded.load(std::memory_order_acquire) != 2) [[unlikely]]
+    LoadSlow();
+}
+
+[[gnu::noinline]] void LoadSlow() {
   std::lock_guard<std::mutex> hold(g_load_mutex);
   if (g_loaded.load(std::memory_order_relaxed) == 2) return;
   t_loading = true;
@@ -218,10 +225,18 @@ std::string LimitsSentence() {
   return text + part;
 }
 
-// Opens the slice's accounting the first time a hook needs it. False: CUDA is refused.
-bool EnsureAccounting() {
+bool OpenAccounting();
+
+// Opens the slice's accounting the first time a hook needs it. False: CUDA is refused. After
+// the first call it is one load, inlined into every hook.
+inline bool EnsureAccounting() {
   const int state = g_accounting_state.load(std::memory_order_acquire);
-  if (state != 0) return state == 1;
+  if (state != 0) [[likely]]
+    return state == 1;
+  return OpenAccounting();
+}
+
+[[gnu::noinline]] bool OpenAccounting() {
   std::lock_guard<std::mutex> hold(g_accounting_mutex);
   if (g_accounting_state.load(std::memory_order_relaxed) != 0) {
     return g_accounting_state.load() == 1;
@@ -449,8 +464,10 @@ CUdevice CurrentDevice() {
 
 std::uint64_t Key(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer); }
 
-void CountLaunch() {
-  if ((g_launches.fetch_add(1, std::memory_order_relaxed) & 4095) == 4095) FlushLaunches();
+inline void CountLaunch() {
+  if ((g_launches.fetch_add(1, std::memory_order_relaxed) & 4095) == 4095) [[unlikely]] {
+    FlushLaunches();
+  }
 }
 
 // The slice's place in its GPU's schedule, at its first launch. False: launches are refused,

@@ -11,6 +11,7 @@
 #                              [--launches N] [--modes "cap measure"] [--raw]
 #   modes: cap      enforcing, a VRAM cap (GPUSLICE_VRAM_LIMIT_MIB=8192) and no compute share
 #          measure  GPUSLICE_MODE=measure (everything counted, launches timed with events)
+#          passthrough  loaded with GPUSLICE_MODE=passthrough: the cost of being loaded at all
 #   --raw: also print each repetition's figures (`raw <mode> ns_per_pair=... launches_per_s=...`)
 # Prints one line per mode (launch_extra_ns: the time the interposer adds to one launch):
 #   shim mode=<m> alloc_free_extra_ns=<x> launch_rate_ratio=<y> launch_extra_ns=<z> native_ns_per_pair=<a>
@@ -60,6 +61,10 @@ run() {
     cap)
       env -u GPUSLICE_COMPUTE_SHARE_MILLI LD_PRELOAD="$shim" GPUSLICE_SHM_DIR="$work/shm" \
         GPUSLICE_SLICE="bench-$$-$n" GPUSLICE_VRAM_LIMIT_MIB=8192 GPUSLICE_MODE=enforce \
+        GPUSLICE_LOG=0 "$probe" "$@" ;;
+    passthrough)
+      env -u GPUSLICE_VRAM_LIMIT_MIB -u GPUSLICE_COMPUTE_SHARE_MILLI LD_PRELOAD="$shim" \
+        GPUSLICE_SHM_DIR="$work/shm" GPUSLICE_SLICE="bench-$$-$n" GPUSLICE_MODE=passthrough \
         GPUSLICE_LOG=0 "$probe" "$@" ;;
     measure)
       env -u GPUSLICE_VRAM_LIMIT_MIB -u GPUSLICE_COMPUTE_SHARE_MILLI LD_PRELOAD="$shim" \

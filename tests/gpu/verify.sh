@@ -420,7 +420,7 @@ if ((fake)); then
 else
   overhead_args=(--reps 5 --pairs 5000 --launches 100000)
 fi
-lines=$(env -u FAKE_CUDA_ENGINE "$repo/tests/gpu/overhead.sh" "$probe" "$shim" "${overhead_args[@]}" --modes "cap measure" 2>>"$log")
+lines=$(env -u FAKE_CUDA_ENGINE "$repo/tests/gpu/overhead.sh" "$probe" "$shim" "${overhead_args[@]}" --modes "cap measure" --raw 2>>"$log")
 say "$lines"
 cap_line=$(grep '^shim mode=cap ' <<<"$lines")
 extra=$(sed -n 's/.* alloc_free_extra_ns=\([-0-9.]*\).*/\1/p' <<<"$cap_line")
