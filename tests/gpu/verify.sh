@@ -123,6 +123,18 @@ field() { sed -n "s/.*\"$1\": *\(-\{0,1\}[0-9][0-9.eE+-]*\).*/\1/p" <<<"$2" | he
 # The numbers of the array "KEY":[...] in one line of JSON, space-separated.
 array() { sed -n "s/.*\"$1\": *\[\([^]]*\)\].*/\1/p" <<<"$2" | head -1 | tr ',' ' '; }
 calc() { awk "BEGIN { print $* }"; }
+# share_verdict WINDOWS RATE SHARE SECONDS: "1 list" when the work of every full window after the
+# first (windows 2..SECONDS), divided by the solo RATE, is within +-0.05 of SHARE (milli), else
+# "0 list"; list is the achieved shares, comma-separated.
+share_verdict() {
+  awk -v w="$1" -v r="$2" -v want="$3" -v s="$4" 'BEGIN {
+    n = split(w, v, " "); ok = (n >= s); list = ""
+    for (i = 2; i <= s && i <= n; ++i) {
+      got = v[i] / r; list = list sprintf("%s%.3f", (list == "" ? "" : ","), got)
+      d = got - want / 1000; if (d < 0) d = -d; if (d > 0.05) ok = 0
+    }
+    printf "%d %s", ok, list }'
+}
 mib() { awk -v b="${1:-0}" 'BEGIN { printf "%.0f", b / 1048576 }'; }
 
 # --- build ------------------------------------------------------------------------------------
@@ -397,13 +409,7 @@ else
       echo "share $share: $out" >>"$log"
       windows=$(array work_per_window "$out")
       # Windows 1 .. seconds-1 are the full ones after the first.
-      verdict=$(awk -v w="$windows" -v r="$rate" -v want="$share" -v s="$share_seconds" 'BEGIN {
-        n = split(w, v, " "); ok = (n >= s); list = ""
-        for (i = 2; i <= s && i <= n; ++i) {
-          got = v[i] / r; list = list sprintf("%s%.3f", (list == "" ? "" : ","), got)
-          d = got - want / 1000; if (d < 0) d = -d; if (d > 0.05) ok = 0
-        }
-        printf "%d %s", ok, list }')
+      verdict=$(share_verdict "$windows" "$rate" "$share" "$share_seconds")
       ((${verdict%% *} == 1)) || ok=0
       text+="${text:+; }$share: ${verdict#* }"
       i=$((i + 1))
@@ -519,14 +525,7 @@ else
     for share in 250 750; do
       out=$(tail -1 "$work/torch_share.$i")
       say "share $share: $out"
-      verdict=$(awk -v w="$(array work_per_window "$out")" -v r="$torch_rate" -v want="$share" \
-        -v s="$share_seconds" 'BEGIN {
-        n = split(w, v, " "); ok = (n >= s); list = ""
-        for (i = 2; i <= s && i <= n; ++i) {
-          got = v[i] / r; list = list sprintf("%s%.3f", (list == "" ? "" : ","), got)
-          d = got - want / 1000; if (d < 0) d = -d; if (d > 0.05) ok = 0
-        }
-        printf "%d %s", ok, list }')
+      verdict=$(share_verdict "$(array work_per_window "$out")" "$torch_rate" "$share" "$share_seconds")
       ((${verdict%% *} == 1)) || ok=0
       text+="${text:+; }$share: ${verdict#* }"
       i=$((i + 1))
