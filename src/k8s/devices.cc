@@ -18,9 +18,10 @@ bool SharingConfig::Shares(const NodeGpu& gpu) const {
 }
 
 absl::Status ValidateSharing(const SharingConfig& config) {
-  if (config.units < 2 || config.units > 1000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("share units: ", config.units, " is out of range (2 to 1000 per GPU)"));
+  if (config.units < 2 || config.units > 1000 || 1000 % config.units != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "share units: ", config.units,
+        " per GPU is not allowed (a divisor of 1000 from 2 to 1000, e.g. 10, 20, 100, 1000)"));
   }
   for (const std::string& name : config.shared_gpus) {
     if (name.empty()) return absl::InvalidArgumentError("shared GPUs: an empty GPU name");

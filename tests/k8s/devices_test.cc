@@ -104,6 +104,7 @@ TEST(K8sDevices, LocateFindsEveryKind) {
 TEST(K8sDevices, SharingSettingsAreChecked) {
   EXPECT_TRUE(ValidateSharing({{"0"}, 100}).ok());
   EXPECT_FALSE(ValidateSharing({{"0"}, 1}).ok());
+  EXPECT_FALSE(ValidateSharing({{"0"}, 3}).ok());
   EXPECT_FALSE(ValidateSharing({{"0"}, 1001}).ok());
   EXPECT_FALSE(ValidateSharing({{""}, 10}).ok());
 }

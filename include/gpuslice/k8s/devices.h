@@ -48,6 +48,10 @@ struct MigDevice {
   int start = 0;        // GI placement start
   std::int64_t memory_mib = 0;
   std::string uuid;  // "MIG-…"
+  // Minors of /dev/nvidia-caps/nvidia-cap<N> that grant access to the GI and the CI, from
+  // /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<gi>[/ci<ci>]/access; -1 = unknown.
+  int gi_cap_minor = -1;
+  int ci_cap_minor = -1;
   friend bool operator==(const MigDevice&, const MigDevice&) = default;
 };
 
@@ -58,6 +62,7 @@ struct NodeGpu {
   std::string product;  // nvmlDeviceGetName, "NVIDIA H100 80GB HBM3"
   std::string model;    // catalog model id ("H100-80GB"), "" when unknown
   std::string pci_bus_id;
+  int device_minor = -1;  // /dev/nvidia<minor>; -1 = unknown (the index is used)
   std::int64_t memory_mib = 0;
   bool mig_enabled = false;  // current MIG mode
   int numa_node = -1;        // -1 = unknown
@@ -77,7 +82,7 @@ struct SharingConfig {
   // GPUs offered as gpuslice.io/gpu-share instead of nvidia.com/gpu: by index ("0") or UUID.
   // "all" = every MIG-disabled GPU.
   std::vector<std::string> shared_gpus;
-  int units = 100;  // units per shared GPU, 2..1000 (a unit's compute share is 1000/units milli)
+  int units = 100;  // units per shared GPU: a divisor of 1000 from 2 to 1000 (a unit = 1000/units milli)
 
   bool Shares(const NodeGpu& gpu) const;
 };
