@@ -38,6 +38,7 @@
 #include "gpuslice/device/sim_backend.h"
 #include "gpuslice/device/sim_machine.h"
 #include "gpuslice/device/synchronized_backend.h"
+#include "gpuslice/k8s/pod_resources.h"
 #include "gpuslice/metrics/collector.h"
 #include "gpuslice/shim/slices.h"
 #include "layout_runner.h"
@@ -59,7 +60,27 @@ struct AgentOptions {
   int interval_s = 2;
   bool once = false;
   std::string metrics_listen;  // HOST:PORT for GET /metrics; empty: none
+  std::string pod_resources_socket;  // kubelet's pod-resources API; empty: no pod labels
 };
+
+// The pods holding this machine's devices and slices, from kubelet's pod-resources API; nothing
+// (and the reason on stderr once) when kubelet does not answer.
+void AddPodOwners(const std::string& socket, metrics::MachineFigures& machine) {
+  if (socket.empty()) return;
+  absl::StatusOr<std::vector<k8s::PodDevice>> pods =
+      k8s::ListPodDevices(socket, std::chrono::milliseconds(1000));
+  if (!pods.ok()) {
+    machine.errors.push_back(absl::StrCat("pod labels: ", pods.status().message()));
+    return;
+  }
+  const k8s::Attribution attribution = k8s::Attribute(*pods);
+  for (const auto& [uuid, owner] : attribution.by_uuid) {
+    machine.pods_by_uuid[uuid] = {owner.pod_namespace, owner.pod, owner.container};
+  }
+  for (const auto& [slice, owner] : attribution.by_slice) {
+    machine.pods_by_slice[slice] = {owner.pod_namespace, owner.pod, owner.container};
+  }
+}
 
 std::string Log() { return "gpuslice agent: "; }
 
@@ -207,6 +228,7 @@ class Agent {
       }
       metrics::CollectSlices(shim::SliceDirectory(), machine);
     }
+    AddPodOwners(o_.pod_resources_socket, machine);
     machine.xids.clear();  // counted by the alert loop's families
     std::vector<metrics::Family> families = metrics::Families(machine, holders);
     for (metrics::Family& family : alerts_.Families()) families.push_back(std::move(family));
@@ -535,6 +557,11 @@ void AddAgentCommand(CLI::App& app, const GlobalOptions& global, Action* action)
       ->capture_default_str()
       ->check(CLI::Range(1, 600));
   cmd->add_flag("--once", o->once, "Report and do one round, then exit");
+  cmd->add_option("--pod-resources-socket", o->pod_resources_socket,
+                  "On a Kubernetes node: kubelet's pod-resources socket (e.g. "
+                  "/var/lib/kubelet/pod-resources/kubelet.sock), so that /metrics carries the pod, "
+                  "namespace and container holding each GPU, MIG device and share, as "
+                  "dcgm-exporter does");
   cmd->add_option("--metrics-listen", o->metrics_listen,
                   "Answer GET /metrics (Prometheus) on HOST:PORT, e.g. 127.0.0.1:9401; no "
                   "authentication, so bind it where only Prometheus reaches (off by default)");

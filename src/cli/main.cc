@@ -10,6 +10,8 @@ void AddTopCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddReportCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 // gpuslice measure (command_measure.cc).
 void AddMeasureCommand(CLI::App& app, const GlobalOptions& global, Action* action);
+// gpuslice device-plugin (command_device_plugin.cc).
+void AddDevicePluginCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 }  // namespace gpuslice::cli
 
 int main(int argc, char** argv) {
@@ -37,6 +39,8 @@ int main(int argc, char** argv) {
       "  gpuslice admin tenant|user|class ...  administer; gpuslice audit  who took what, why\n"
       "  gpuslice report usage --since 7d     peak/typical use per workload, what to re-size\n"
       "  gpuslice measure -- CMD              a CUDA command's peak VRAM and smallest slice\n\n"
+      "Kubernetes:\n"
+      "  gpuslice device-plugin               offer MIG, whole and shared GPUs to kubelet\n\n"
       "Choose a placement policy:\n"
       "  gpuslice replay --nodes nodes.csv --pods pods.csv   replay a trace under every policy\n",
       "gpuslice");
@@ -66,6 +70,7 @@ int main(int argc, char** argv) {
   AddNodeCommands(app, global, &action);
   AddReportCommand(app, global, &action);
   AddMeasureCommand(app, global, &action);
+  AddDevicePluginCommand(app, global, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

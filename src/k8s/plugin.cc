@@ -205,6 +205,7 @@ absl::Status DevicePlugin::Start() {
   if (!node.ok()) return node.status();
   NodeResources resources = ResourcesOf(*node, options_.allocate.sharing);
   for (const std::string& skipped : resources.skipped) Log(absl::StrCat("not offered: ", skipped));
+  if (options_.on_change) options_.on_change(*node);
   {
     std::lock_guard lock(mu_);
     snapshot_ = std::move(*node);
@@ -332,7 +333,7 @@ absl::Status DevicePlugin::Poll() {
     read = node.status();
   } else {
     NodeResources resources = ResourcesOf(*node, options_.allocate.sharing);
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (*node != snapshot_) {
       snapshot_ = std::move(*node);
       if (resources.resources != resources_) {
@@ -341,6 +342,11 @@ absl::Status DevicePlugin::Poll() {
       }
       ++version_;
       changed_.notify_all();
+      if (options_.on_change) {
+        const NodeSnapshot changed = snapshot_;
+        lock.unlock();
+        options_.on_change(changed);
+      }
     }
   }
   if (KubeletRestarted()) {

@@ -14,19 +14,33 @@ namespace {
 
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
-Labels GpuLabels(const std::string& host, const GpuFigures& gpu) {
-  return {{"gpu", std::to_string(gpu.index)},
-          {"UUID", gpu.uuid},
-          {"device", absl::StrCat("nvidia", gpu.index)},
-          {"modelName", gpu.name},
-          {"Hostname", host}};
+// dcgm-exporter's pod, namespace and container labels when a pod holds `key`.
+void AddPod(Labels& labels, const std::map<std::string, PodOwnerLabels>& pods,
+            const std::string& key) {
+  if (key.empty()) return;
+  const auto owner = pods.find(key);
+  if (owner == pods.end()) return;
+  labels.emplace_back("pod", owner->second.pod);
+  labels.emplace_back("namespace", owner->second.pod_namespace);
+  labels.emplace_back("container", owner->second.container);
 }
 
-Labels InstanceLabels(const std::string& host, const GpuFigures& gpu,
+Labels GpuLabels(const MachineFigures& machine, const GpuFigures& gpu, bool with_pod = true) {
+  Labels labels = {{"gpu", std::to_string(gpu.index)},
+                   {"UUID", gpu.uuid},
+                   {"device", absl::StrCat("nvidia", gpu.index)},
+                   {"modelName", gpu.name},
+                   {"Hostname", machine.host}};
+  if (with_pod) AddPod(labels, machine.pods_by_uuid, gpu.uuid);
+  return labels;
+}
+
+Labels InstanceLabels(const MachineFigures& machine, const GpuFigures& gpu,
                       const InstanceFigures& instance) {
-  Labels labels = GpuLabels(host, gpu);
+  Labels labels = GpuLabels(machine, gpu, /*with_pod=*/false);
   labels.emplace_back("GPU_I_ID", std::to_string(instance.gi));
   labels.emplace_back("GPU_I_PROFILE", instance.profile);
+  AddPod(labels, machine.pods_by_uuid, instance.uuid);
   return labels;
 }
 
@@ -61,8 +75,9 @@ Family Counter(std::string name, std::string help) {
 
 // A slice's labels: slice, UUID (its GPU), Hostname, and lease for the slice of a lease
 // ("lease-<id>", as `gpuslice run` names it through GPUSLICE_SLICE).
-Labels SliceLabels(const std::string& host, const shim::SliceSnapshot& slice) {
-  Labels labels = {{"slice", slice.id}, {"UUID", slice.gpu_uuid}, {"Hostname", host}};
+Labels SliceLabels(const MachineFigures& machine, const shim::SliceSnapshot& slice) {
+  Labels labels = {{"slice", slice.id}, {"UUID", slice.gpu_uuid}, {"Hostname", machine.host}};
+  AddPod(labels, machine.pods_by_slice, slice.id);
   const std::string lease = absl::StartsWith(slice.id, "lease-") ? slice.id.substr(6) : "";
   if (!lease.empty() && std::all_of(lease.begin(), lease.end(), absl::ascii_isdigit)) {
     labels.emplace_back("lease", lease);
@@ -264,7 +279,7 @@ std::vector<Family> Families(const MachineFigures& machine, const std::vector<Ho
   // Which device UUID is where, for the leases' series.
   std::map<std::string, Labels> where;
   for (const GpuFigures& gpu : machine.gpus) {
-    const Labels labels = GpuLabels(machine.host, gpu);
+    const Labels labels = GpuLabels(machine, gpu);
     where[gpu.uuid] = labels;
     memory(labels, gpu.memory_used_mib, gpu.memory_total_mib);
     mig.samples.push_back({labels, gpu.mig ? 1.0 : 0.0});
@@ -295,7 +310,7 @@ std::vector<Family> Families(const MachineFigures& machine, const std::vector<Ho
     AddIf(remap_pending, labels, t.remap_pending);
     activity(labels, gpu.activity);
     for (const InstanceFigures& instance : gpu.instances) {
-      const Labels at = InstanceLabels(machine.host, gpu, instance);
+      const Labels at = InstanceLabels(machine, gpu, instance);
       if (!instance.uuid.empty()) where[instance.uuid] = at;
       memory(at, instance.memory_used_mib, instance.memory_total_mib);
       AddIf(processes, at, instance.processes);
@@ -347,7 +362,7 @@ std::vector<Family> Families(const MachineFigures& machine, const std::vector<Ho
       "gpuslice_slice_reclaimed_processes_total",
       "Dead processes of a software slice whose device memory was given back to the slice.");
   for (const shim::SliceSnapshot& slice : machine.slices) {
-    const Labels labels = SliceLabels(machine.host, slice);
+    const Labels labels = SliceLabels(machine, slice);
     slice_used.samples.push_back({labels, static_cast<double>(slice.used_bytes)});
     if (slice.cap_bytes > 0) {
       slice_cap.samples.push_back({labels, static_cast<double>(slice.cap_bytes)});

@@ -189,6 +189,48 @@ TEST_F(CollectorTest, FamiliesUseDcgmNamesAndTieLeasesToTheirDevices) {
   EXPECT_THAT(*text, HasSubstr("# TYPE DCGM_FI_DEV_FB_USED gauge\n"));
 }
 
+TEST_F(CollectorTest, PodsHoldingDevicesAndSlicesGetDcgmPodLabels) {
+  MachineFigures machine = Collect(*backend_, "node-a");
+  machine.pods_by_uuid[big_uuid_] = {"ml", "trainer-0", "main"};
+  machine.pods_by_uuid[machine.gpus[1].uuid] = {"web", "api-7", "server"};
+  shim::SliceSnapshot slice;
+  slice.id = "k8s-GPU-x-3";
+  slice.gpu_uuid = "GPU-x";
+  machine.slices.push_back(slice);
+  machine.pods_by_slice[slice.id] = {"lab", "notebook", "jupyter"};
+  const std::vector<Family> families = Families(machine, {});
+  const std::string big_gi = std::to_string(big_gi_);
+  // The MIG instance's series carry its pod; the GPU's own series (MIG on) do not.
+  EXPECT_GE(ValueOf(families, "DCGM_FI_DEV_FB_TOTAL",
+                    {{"GPU_I_ID", big_gi},
+                     {"pod", "trainer-0"},
+                     {"namespace", "ml"},
+                     {"container", "main"}}),
+            0);
+  EXPECT_EQ(ValueOf(families, "gpuslice_gpu_mig_mode", {{"gpu", "0"}, {"pod", "trainer-0"}}), -1);
+  // A whole GPU's series carry its pod.
+  EXPECT_EQ(ValueOf(families, "gpuslice_gpu_mig_mode",
+                    {{"gpu", "1"}, {"pod", "api-7"}, {"namespace", "web"}, {"container", "server"}}),
+            0);
+  // A software slice's series carry the pod of the container that holds its units.
+  bool slice_labelled = false;
+  for (const Family& family : families) {
+    for (const Sample& sample : family.samples) {
+      bool has_slice = false, has_pod = false;
+      for (const auto& [name, value] : sample.labels) {
+        has_slice |= name == "slice" && value == "k8s-GPU-x-3";
+        has_pod |= name == "pod" && value == "notebook";
+      }
+      if (has_slice) {
+        EXPECT_TRUE(has_pod) << family.name;
+        slice_labelled = true;
+      }
+    }
+  }
+  EXPECT_TRUE(slice_labelled);
+  EXPECT_TRUE(Write(families).ok());
+}
+
 TEST(CollectorStandaloneTest, AnUnreadableGpuListGivesNoGpusAndAnError) {
   absl::StatusOr<device::sim::SimState> state =
       device::sim::NewMachine(hw::Catalog::Builtin(), "1xA30-24GB", 1);

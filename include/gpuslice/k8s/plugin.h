@@ -56,6 +56,9 @@ struct PluginOptions {
   AllocateOptions allocate;  // includes the sharing settings
   std::string policy = "gpuslice";
   std::function<void(const std::string&)> log;  // one line per event; may be empty
+  // Called on the polling thread with the node read at Start and after each change (e.g. to
+  // rewrite the node's labels); may be empty.
+  std::function<void(const NodeSnapshot&)> on_change;
 };
 
 // Reads the node (NodeReader::Read in the binary; a fake in tests).

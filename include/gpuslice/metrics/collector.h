@@ -48,6 +48,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -86,8 +87,19 @@ struct GpuFigures {
   std::vector<InstanceFigures> instances;         // MIG only, by GI id
 };
 
+// The Kubernetes pod holding a device or a software slice (from kubelet's pod-resources API,
+// gpuslice/k8s/pod_resources.h): its series get dcgm-exporter's pod, namespace and container
+// labels.
+struct PodOwnerLabels {
+  std::string pod_namespace;
+  std::string pod;
+  std::string container;
+};
+
 struct MachineFigures {
   std::string host;
+  std::map<std::string, PodOwnerLabels> pods_by_uuid;   // GPU or MIG UUID → pod
+  std::map<std::string, PodOwnerLabels> pods_by_slice;  // software slice id → pod
   std::vector<GpuFigures> gpus;
   std::vector<device::XidEvent> xids;       // critical Xid events taken by CollectXids
   std::vector<shim::SliceSnapshot> slices;  // software slices read by CollectSlices, by id
