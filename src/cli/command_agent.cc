@@ -59,7 +59,7 @@ struct AgentOptions {
   std::string sim_state;
   int interval_s = 2;
   bool once = false;
-  std::string metrics_listen;  // HOST:PORT for GET /metrics; empty: none
+  std::string metrics_listen;        // HOST:PORT for GET /metrics; empty: none
   std::string pod_resources_socket;  // kubelet's pod-resources API; empty: no pod labels
 };
 

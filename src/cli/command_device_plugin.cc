@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <iostream>
 #include <mutex>
 
@@ -83,12 +84,17 @@ std::vector<metrics::Family> PluginFamilies(const k8s::ResourceMap& resources,
                           metrics::MetricType::kGauge,
                           {}};
   metrics::Family allocated{"gpuslice_k8s_devices_allocated",
-                            "Devices of the resource held by pods", metrics::MetricType::kGauge, {}};
-  metrics::Family offered{"gpuslice_k8s_devices", "Healthy devices of the resource offered",
-                          metrics::MetricType::kGauge, {}};
+                            "Devices of the resource held by pods",
+                            metrics::MetricType::kGauge,
+                            {}};
+  metrics::Family offered{"gpuslice_k8s_devices",
+                          "Healthy devices of the resource offered",
+                          metrics::MetricType::kGauge,
+                          {}};
   metrics::Family registration{"gpuslice_k8s_registered",
                                "1 when the resource is registered with the current kubelet",
-                               metrics::MetricType::kGauge, {}};
+                               metrics::MetricType::kGauge,
+                               {}};
   for (const auto& [resource, list] : resources) {
     int held = 0, healthy = 0;
     for (const k8s::PluginDevice& device : list) {
@@ -96,15 +102,14 @@ std::vector<metrics::Family> PluginFamilies(const k8s::ResourceMap& resources,
       const bool taken = owner != holder.end();
       held += taken ? 1 : 0;
       healthy += device.healthy ? 1 : 0;
-      devices.samples.push_back(
-          {{{"resource", resource},
-            {"device", device.id},
-            {"health", device.healthy ? "Healthy" : "Unhealthy"},
-            {"namespace", taken ? owner->second.pod_namespace : ""},
-            {"pod", taken ? owner->second.pod : ""},
-            {"container", taken ? owner->second.container : ""},
-            {"Hostname", host}},
-           1});
+      devices.samples.push_back({{{"resource", resource},
+                                  {"device", device.id},
+                                  {"health", device.healthy ? "Healthy" : "Unhealthy"},
+                                  {"namespace", taken ? owner->second.pod_namespace : ""},
+                                  {"pod", taken ? owner->second.pod : ""},
+                                  {"container", taken ? owner->second.container : ""},
+                                  {"Hostname", host}},
+                                 1});
     }
     allocated.samples.push_back({{{"resource", resource}, {"Hostname", host}}, double(held)});
     offered.samples.push_back({{{"resource", resource}, {"Hostname", host}}, double(healthy)});
@@ -186,7 +191,8 @@ int RunDevicePlugin(const GlobalOptions& global, const DevicePluginOptions& o) {
       out["labels"] = labels;
       std::vector<nlohmann::json> unhealthy;
       for (const k8s::NodeGpu& gpu : node->gpus) {
-        if (!gpu.healthy) unhealthy.push_back({{"gpu", gpu.index}, {"reason", gpu.unhealthy_reason}});
+        if (!gpu.healthy)
+          unhealthy.push_back({{"gpu", gpu.index}, {"reason", gpu.unhealthy_reason}});
       }
       out["unhealthy"] = unhealthy;
       PrintJson(out);
@@ -208,9 +214,11 @@ int RunDevicePlugin(const GlobalOptions& global, const DevicePluginOptions& o) {
       }
       std::cout << "\n";
     }
-    for (const std::string& skipped : resources.skipped) std::cout << "  not offered: " << skipped << "\n";
+    for (const std::string& skipped : resources.skipped)
+      std::cout << "  not offered: " << skipped << "\n";
     for (const k8s::NodeGpu& gpu : node->gpus) {
-      if (!gpu.healthy) std::cout << "  GPU " << gpu.index << " unhealthy: " << gpu.unhealthy_reason << "\n";
+      if (!gpu.healthy)
+        std::cout << "  GPU " << gpu.index << " unhealthy: " << gpu.unhealthy_reason << "\n";
     }
     std::cout << "Node labels:\n";
     for (const auto& [name, value] : labels) std::cout << "  " << name << "=" << value << "\n";
@@ -238,10 +246,9 @@ int RunDevicePlugin(const GlobalOptions& global, const DevicePluginOptions& o) {
   std::unique_ptr<MetricsListener> listener;
   if (metrics_address) {
     listener = std::make_unique<MetricsListener>([&]() -> absl::StatusOr<std::string> {
-      return metrics::Write(PluginFamilies(plugin.resources(), plugin.registered(),
-                                           k8s::ListPodDevices(o.pod_resources_socket,
-                                                               std::chrono::milliseconds(1000)),
-                                           host));
+      return metrics::Write(PluginFamilies(
+          plugin.resources(), plugin.registered(),
+          k8s::ListPodDevices(o.pod_resources_socket, std::chrono::milliseconds(1000)), host));
     });
     if (absl::Status s = listener->Start(*metrics_address); !s.ok()) {
       PrintError(absl::StrCat("--metrics-listen: ", s.message()));
@@ -256,6 +263,11 @@ int RunDevicePlugin(const GlobalOptions& global, const DevicePluginOptions& o) {
   plugin.Run(g_stop);
   if (listener) listener->Stop();
   plugin.Stop();
+  // A plugin that is not running offers nothing: its labels go too (NFD drops them at its next
+  // discovery); the next start writes them again.
+  if (!o.nfd_features_file.empty() && std::remove(o.nfd_features_file.c_str()) == 0) {
+    LogLine(absl::StrCat("node labels removed from ", o.nfd_features_file));
+  }
   LogLine("stopped");
   return kExitOk;
 }
@@ -311,7 +323,8 @@ void AddDevicePluginCommand(CLI::App& app, const GlobalOptions& global, Action* 
   cmd->add_flag("--once", o->once,
                 "Print the resources, devices and labels this node would offer, and exit");
   cmd->add_flag("--json", o->json, "With --once: as JSON");
-  cmd->callback([&global, o, action] { *action = [&global, o] { return RunDevicePlugin(global, *o); }; });
+  cmd->callback(
+      [&global, o, action] { *action = [&global, o] { return RunDevicePlugin(global, *o); }; });
 }
 
 }  // namespace gpuslice::cli

@@ -30,7 +30,8 @@ absl::Status ValidateSharing(const SharingConfig& config) {
 }
 
 std::string MigResourceName(std::string_view profile) {
-  return absl::StrCat(std::string(kMigResourcePrefix), absl::StrReplaceAll(std::string(profile), {{"+", "."}}));
+  return absl::StrCat(std::string(kMigResourcePrefix),
+                      absl::StrReplaceAll(std::string(profile), {{"+", "."}}));
 }
 
 std::string ShareDeviceId(std::string_view gpu_uuid, int unit) {
@@ -40,15 +41,18 @@ std::string ShareDeviceId(std::string_view gpu_uuid, int unit) {
 absl::StatusOr<ShareUnit> ParseShareId(std::string_view id) {
   const size_t separator = id.rfind("::");
   if (separator == std::string_view::npos || separator == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("'", std::string(id), "' is not a share unit (<GPU UUID>::<n>)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", std::string(id), "' is not a share unit (<GPU UUID>::<n>)"));
   }
   ShareUnit unit;
   unit.gpu_uuid = std::string(id.substr(0, separator));
   const std::string_view number = id.substr(separator + 2);
-  const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), unit.unit);
+  const auto [end, error] =
+      std::from_chars(number.data(), number.data() + number.size(), unit.unit);
   if (number.empty() || error != std::errc() || end != number.data() + number.size() ||
       unit.unit < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("'", std::string(id), "' is not a share unit (<GPU UUID>::<n>)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", std::string(id), "' is not a share unit (<GPU UUID>::<n>)"));
   }
   return unit;
 }
@@ -60,7 +64,9 @@ NodeResources ResourcesOf(const NodeSnapshot& node, const SharingConfig& sharing
   std::sort(gpus.begin(), gpus.end(),
             [](const NodeGpu* a, const NodeGpu* b) { return a->index < b->index; });
   for (const NodeGpu* gpu : gpus) {
-    auto device = [&](std::string id) { return PluginDevice{std::move(id), gpu->healthy, gpu->numa_node}; };
+    auto device = [&](std::string id) {
+      return PluginDevice{std::move(id), gpu->healthy, gpu->numa_node};
+    };
     if (!gpu->mig_enabled) {
       if (sharing.Shares(*gpu)) {
         std::vector<PluginDevice>& units = out.resources[std::string(kShareResource)];
@@ -79,8 +85,8 @@ NodeResources ResourcesOf(const NodeSnapshot& node, const SharingConfig& sharing
     });
     for (const MigDevice* mig : migs) {
       if (mig->ci_slices != mig->gi_slices) {
-        out.skipped.push_back(absl::StrCat("GPU ", gpu->index, " GI ", mig->gi, " CI ", mig->ci, " (",
-                                           mig->ci_slices, "c.", mig->profile,
+        out.skipped.push_back(absl::StrCat("GPU ", gpu->index, " GI ", mig->gi, " CI ", mig->ci,
+                                           " (", mig->ci_slices, "c.", mig->profile,
                                            "): a compute instance smaller than its GPU "
                                            "instance is not offered"));
         continue;

@@ -73,9 +73,9 @@ absl::StatusOr<NodeSnapshot> NodeReader::Read() {
     gpu.mig_enabled = info.mig_current == device::MigMode::kEnabled;
     const std::string bus = SysfsBusId(info.pci_bus_id);
     if (!bus.empty()) {
-      gpu.device_minor = NumberAfter(
-          absl::StrCat(options_.proc_root, "/driver/nvidia/gpus/", bus, "/information"),
-          "Device Minor:");
+      gpu.device_minor =
+          NumberAfter(absl::StrCat(options_.proc_root, "/driver/nvidia/gpus/", bus, "/information"),
+                      "Device Minor:");
       std::ifstream numa(absl::StrCat(options_.sys_root, "/bus/pci/devices/", bus, "/numa_node"));
       int value = -1;
       if (numa >> value && value >= 0) gpu.numa_node = value;
@@ -94,13 +94,13 @@ absl::StatusOr<NodeSnapshot> NodeReader::Read() {
           backend_.ListGpuInstances(info.index);
       if (!profiles.ok() || !instances.ok()) {
         gpu.healthy = false;
-        gpu.unhealthy_reason = absl::StrCat(
-            "MIG instances cannot be read: ",
-            (!profiles.ok() ? profiles.status() : instances.status()).message());
+        gpu.unhealthy_reason =
+            absl::StrCat("MIG instances cannot be read: ",
+                         (!profiles.ok() ? profiles.status() : instances.status()).message());
       } else {
         const int minor = gpu.device_minor >= 0 ? gpu.device_minor : gpu.index;
-        const std::string caps = absl::StrCat(options_.proc_root,
-                                              "/driver/nvidia/capabilities/gpu", minor, "/mig");
+        const std::string caps =
+            absl::StrCat(options_.proc_root, "/driver/nvidia/capabilities/gpu", minor, "/mig");
         for (const device::GpuInstanceInfo& gi : *instances) {
           auto profile = std::find_if(profiles->begin(), profiles->end(),
                                       [&](const auto& p) { return p.id == gi.profile_id; });

@@ -1,13 +1,12 @@
 #include "gpuslice/k8s/plugin.h"
 
+#include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -54,9 +53,9 @@ void FillResponse(const ContainerAllocation& allocation, v1beta1::ContainerAlloc
 std::optional<std::pair<std::uint64_t, std::int64_t>> FileIdentity(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return std::nullopt;
-  return std::make_pair(static_cast<std::uint64_t>(st.st_ino),
-                        static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 +
-                            st.st_ctim.tv_nsec);
+  return std::make_pair(
+      static_cast<std::uint64_t>(st.st_ino),
+      static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec);
 }
 
 }  // namespace
@@ -284,8 +283,8 @@ void DevicePlugin::RegisterPending() {
       next_retry_ = now + options_.retry;
       return;
     }
-    auto channel = grpc::CreateChannel(absl::StrCat("unix:", kubelet),
-                                       grpc::InsecureChannelCredentials());
+    auto channel =
+        grpc::CreateChannel(absl::StrCat("unix:", kubelet), grpc::InsecureChannelCredentials());
     auto stub = v1beta1::Registration::NewStub(channel);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));

@@ -18,8 +18,8 @@ bool Offered(const std::string& resource) {
 
 absl::StatusOr<std::vector<PodDevice>> ListPodDevices(const std::string& socket_path,
                                                       std::chrono::milliseconds timeout) {
-  auto channel = grpc::CreateChannel(absl::StrCat("unix:", socket_path),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("unix:", socket_path), grpc::InsecureChannelCredentials());
   auto stub = v1::PodResourcesLister::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout);

@@ -93,22 +93,21 @@ TEST(K8sAllocate, ShareGetsInterposerLimitsAndMounts) {
   EXPECT_EQ(out->envs.at("GPUSLICE_SLICE"), "k8s-GPU-1-3");
   EXPECT_EQ(out->envs.at("LD_PRELOAD"), "/usr/lib/gpuslice/libgpuslice-cuda.so");
   EXPECT_EQ(out->envs.at("GPUSLICE_SHM_DIR"), "/dev/shm/gpuslice");
-  EXPECT_THAT(out->mounts,
-              ElementsAre(MountSpec{"/usr/lib/gpuslice/libgpuslice-cuda.so",
-                                    "/opt/gpuslice/lib/libgpuslice-cuda.so", true},
-                          MountSpec{"/dev/shm/gpuslice", "/dev/shm/gpuslice", false}));
+  EXPECT_THAT(out->mounts, ElementsAre(MountSpec{"/usr/lib/gpuslice/libgpuslice-cuda.so",
+                                                 "/opt/gpuslice/lib/libgpuslice-cuda.so", true},
+                                       MountSpec{"/dev/shm/gpuslice", "/dev/shm/gpuslice", false}));
 }
 
 TEST(K8sAllocate, RefusesWhatIsNotEnforceableOrNotThere) {
   const NodeSnapshot node = Node();
   AllocateOptions no_interposer = Options();
   no_interposer.interposer_host_path.clear();
-  EXPECT_EQ(AllocateContainer(node, "gpuslice.io/gpu-share", {"GPU-1::0"}, no_interposer)
-                .status()
-                .code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      AllocateContainer(node, "gpuslice.io/gpu-share", {"GPU-1::0"}, no_interposer).status().code(),
+      absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(
-      std::string(AllocateContainer(node, "nvidia.com/gpu", {"GPU-9"}, Options()).status().message()),
+      std::string(
+          AllocateContainer(node, "nvidia.com/gpu", {"GPU-9"}, Options()).status().message()),
       HasSubstr("GPU-9"));
   // The shared GPU is not a whole GPU; a MIG device is not of another profile.
   EXPECT_FALSE(AllocateContainer(node, "nvidia.com/gpu", {"GPU-1"}, Options()).ok());
@@ -150,9 +149,8 @@ TEST(K8sPreferred, SharesKeepEmptyGpusEmpty) {
   EXPECT_THAT(PreferredDevices(node, sharing, "gpuslice.io/gpu-share", available, {}, 4),
               ElementsAre("GPU-0::2", "GPU-0::3", "GPU-0::4", "GPU-0::5"));
   // Units already chosen keep the rest on their GPU.
-  EXPECT_THAT(
-      PreferredDevices(node, sharing, "gpuslice.io/gpu-share", available, {"GPU-2::5"}, 3),
-      ElementsAre("GPU-2::5", "GPU-2::0", "GPU-2::1"));
+  EXPECT_THAT(PreferredDevices(node, sharing, "gpuslice.io/gpu-share", available, {"GPU-2::5"}, 3),
+              ElementsAre("GPU-2::5", "GPU-2::0", "GPU-2::1"));
 }
 
 TEST(K8sPreferred, MigInstanceOnTheGpuTheEngineChooses) {
@@ -165,13 +163,13 @@ TEST(K8sPreferred, MigInstanceOnTheGpuTheEngineChooses) {
   b.mig_devices.push_back(Mig(10, "1g.10gb", 1, 1, "MIG-b1"));
   node.gpus = {a, b};
   // GPU 0's first instance is taken: its other one is preferred over an untouched GPU.
-  const std::vector<std::string> got = PreferredDevices(
-      node, {}, "nvidia.com/mig-1g.10gb", {"MIG-b0", "MIG-b1", "MIG-a1"}, {}, 1);
+  const std::vector<std::string> got =
+      PreferredDevices(node, {}, "nvidia.com/mig-1g.10gb", {"MIG-b0", "MIG-b1", "MIG-a1"}, {}, 1);
   EXPECT_THAT(got, ElementsAre("MIG-a1"));
-  EXPECT_EQ(PreferredDevices(node, {}, "nvidia.com/mig-1g.10gb",
-                             {"MIG-b0", "MIG-b1", "MIG-a1"}, {}, 3)
-                .size(),
-            3u);
+  EXPECT_EQ(
+      PreferredDevices(node, {}, "nvidia.com/mig-1g.10gb", {"MIG-b0", "MIG-b1", "MIG-a1"}, {}, 3)
+          .size(),
+      3u);
 }
 
 TEST(K8sPreferred, WholeGpusStayOnOneNumaNodeWhenTheyCan) {

@@ -128,8 +128,9 @@ TEST_F(DevicePluginCli, ServesFollowsLayoutsAndKubeletRestarts) {
   const std::string metrics = HttpGet(port, "/metrics");
   EXPECT_THAT(metrics, HasSubstr("gpuslice_k8s_device_info{resource=\"nvidia.com/mig-2g.20gb\","
                                  "device=\"" +
-                                     mig + "\",health=\"Healthy\",namespace=\"ml\",pod=\"trainer-0\","
-                                           "container=\"main\""));
+                                 mig +
+                                 "\",health=\"Healthy\",namespace=\"ml\",pod=\"trainer-0\","
+                                 "container=\"main\""));
   EXPECT_THAT(metrics, HasSubstr("gpuslice_k8s_pod_resources_up{"));
 
   // kubelet restarts: the plugin registers again by itself.
@@ -140,11 +141,13 @@ TEST_F(DevicePluginCli, ServesFollowsLayoutsAndKubeletRestarts) {
   EXPECT_EQ(plugin.Terminate(), 0) << plugin.Output();
   struct stat st {};
   EXPECT_NE(stat((plugins_ + "/gpuslice-gpu.sock").c_str(), &st), 0);  // its sockets are gone
+  EXPECT_NE(stat((dir_ + "/features.d/gpuslice").c_str(), &st), 0);    // and its labels
   EXPECT_THAT(plugin.Output(), HasSubstr("registered with kubelet"));
 }
 
 TEST_F(DevicePluginCli, OnceShowsWhatWouldBeOffered) {
-  std::string args = "device-plugin --once --json --sim " + sim_ + " --shared-gpus 1 --share-units 10";
+  std::string args =
+      "device-plugin --once --json --sim " + sim_ + " --shared-gpus 1 --share-units 10";
   const auto result = RunGpuslice(args, /*with_stderr=*/false);
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const nlohmann::json out = nlohmann::json::parse(result.output);
@@ -158,7 +161,8 @@ TEST_F(DevicePluginCli, OnceShowsWhatWouldBeOffered) {
 }
 
 TEST_F(DevicePluginCli, BadInputIsRefusedClearly) {
-  auto units = RunGpuslice("device-plugin --once --sim " + sim_ + " --shared-gpus 1 --share-units 7");
+  auto units =
+      RunGpuslice("device-plugin --once --sim " + sim_ + " --shared-gpus 1 --share-units 7");
   EXPECT_EQ(units.exit_code, 2);
   EXPECT_THAT(units.output, HasSubstr("divisor of 1000"));
   auto missing = RunGpuslice("device-plugin --sim " + sim_ + " --plugin-dir " + dir_ + "/none");

@@ -43,7 +43,8 @@ TEST(K8sDevices, MixedNodeOffersEachKindUnderItsName) {
 
   const NodeResources out = ResourcesOf(node, sharing);
   ASSERT_EQ(out.resources.size(), 5u);
-  EXPECT_EQ(out.resources.at("nvidia.com/gpu"), (std::vector<PluginDevice>{{"GPU-00000000", true, -1}}));
+  EXPECT_EQ(out.resources.at("nvidia.com/gpu"),
+            (std::vector<PluginDevice>{{"GPU-00000000", true, -1}}));
   const auto& shares = out.resources.at("gpuslice.io/gpu-share");
   ASSERT_EQ(shares.size(), 4u);
   EXPECT_EQ(shares[0].id, "GPU-00000001::0");

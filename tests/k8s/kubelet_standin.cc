@@ -1,10 +1,9 @@
 #include "kubelet_standin.h"
 
 #include <dirent.h>
+#include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -230,8 +229,8 @@ absl::StatusOr<std::chrono::milliseconds> KubeletStandIn::WaitFor(
     for (const SeenDevice& device : latest_[resource]) {
       ids.push_back(absl::StrCat(device.id, "(", device.health, ")"));
     }
-    return absl::DeadlineExceededError(absl::StrCat(resource, ": last list seen: [",
-                                                    absl::StrJoin(ids, " "), "]"));
+    return absl::DeadlineExceededError(
+        absl::StrCat(resource, ": last list seen: [", absl::StrJoin(ids, " "), "]"));
   }
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                                start);
@@ -274,8 +273,7 @@ absl::StatusOr<v1beta1::ContainerAllocateResponse> KubeletStandIn::Allocate(
   grpc::ClientContext context;
   const grpc::Status status = endpoint->stub->Allocate(&context, request, &response);
   if (!status.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        status.error_message());
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
   }
   if (response.container_responses_size() == 0) {
     return absl::InternalError("no containers return in allocation response");

@@ -26,9 +26,9 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using ::testing::UnorderedElementsAre;
 using testing::KubeletStandIn;
 using testing::SeenDevice;
+using ::testing::UnorderedElementsAre;
 
 // GPU 0 whole, GPU 1 shared, GPU 2 MIG; "second" re-lays GPU 2 with a profile "first" lacks.
 constexpr char kConfig[] = R"(version: v1
@@ -137,8 +137,8 @@ TEST_F(PluginTest, RegistersEveryResourceAndListsItsDevices) {
   ASSERT_TRUE(kubelet_->WaitFor("nvidia.com/mig-3g.40gb", Count(1)).ok());
   ASSERT_TRUE(kubelet_->WaitFor("nvidia.com/mig-1g.10gb", Count(2)).ok());
   EXPECT_TRUE(kubelet_->RejectedRegistrations().empty());
-  for (const char* resource : {"nvidia.com/gpu", "gpuslice.io/gpu-share",
-                               "nvidia.com/mig-3g.40gb", "nvidia.com/mig-1g.10gb"}) {
+  for (const char* resource : {"nvidia.com/gpu", "gpuslice.io/gpu-share", "nvidia.com/mig-3g.40gb",
+                               "nvidia.com/mig-1g.10gb"}) {
     EXPECT_EQ(kubelet_->Registrations(resource), 1) << resource;
     EXPECT_TRUE(kubelet_->Options(resource).get_preferred_allocation_available()) << resource;
     EXPECT_FALSE(kubelet_->Options(resource).pre_start_required()) << resource;
@@ -148,9 +148,9 @@ TEST_F(PluginTest, RegistersEveryResourceAndListsItsDevices) {
     }
     // One socket per resource, named as the header says.
     struct stat st {};
-    EXPECT_EQ(stat(absl::StrCat(plugin_dir_, "/", PluginSocketName("gpuslice-", resource)).c_str(),
-                   &st),
-              0)
+    EXPECT_EQ(
+        stat(absl::StrCat(plugin_dir_, "/", PluginSocketName("gpuslice-", resource)).c_str(), &st),
+        0)
         << resource;
   }
   const std::vector<SeenDevice> whole = kubelet_->Latest("nvidia.com/gpu");
@@ -183,8 +183,8 @@ TEST_F(PluginTest, ReRegistersAfterKubeletRestartWithoutRestarting) {
   ASSERT_TRUE(kubelet_->WaitFor("nvidia.com/gpu", Count(1)).ok());
   ASSERT_EQ(kubelet_->Registrations("nvidia.com/gpu"), 1);
   kubelet_->Restart();  // sockets removed, kubelet.sock created again
-  for (const char* resource : {"nvidia.com/gpu", "gpuslice.io/gpu-share",
-                               "nvidia.com/mig-3g.40gb", "nvidia.com/mig-1g.10gb"}) {
+  for (const char* resource : {"nvidia.com/gpu", "gpuslice.io/gpu-share", "nvidia.com/mig-3g.40gb",
+                               "nvidia.com/mig-1g.10gb"}) {
     ASSERT_TRUE(kubelet_->WaitFor(resource, [](const auto& d) { return !d.empty(); }).ok())
         << resource;
     EXPECT_EQ(kubelet_->Registrations(resource), 2) << resource;
@@ -272,10 +272,11 @@ TEST_F(PluginTest, UnhealthyGpuIsListedUnhealthy) {
                              return machine.InjectXid(0, 79, -1, -1);
                            })
                   .ok());
-  ASSERT_TRUE(kubelet_
-                  ->WaitFor("nvidia.com/gpu",
-                            [](const auto& d) { return d.size() == 1 && d[0].health == "Unhealthy"; })
-                  .ok());
+  ASSERT_TRUE(
+      kubelet_
+          ->WaitFor("nvidia.com/gpu",
+                    [](const auto& d) { return d.size() == 1 && d[0].health == "Unhealthy"; })
+          .ok());
   // An application's Xid (13) on the shared GPU changes nothing.
   ASSERT_TRUE(sim->Control("xid", true,
                            [](device::sim::SimMachine& machine) {

@@ -201,17 +201,17 @@ TEST_F(CollectorTest, PodsHoldingDevicesAndSlicesGetDcgmPodLabels) {
   const std::vector<Family> families = Families(machine, {});
   const std::string big_gi = std::to_string(big_gi_);
   // The MIG instance's series carry its pod; the GPU's own series (MIG on) do not.
-  EXPECT_GE(ValueOf(families, "DCGM_FI_DEV_FB_TOTAL",
-                    {{"GPU_I_ID", big_gi},
-                     {"pod", "trainer-0"},
-                     {"namespace", "ml"},
-                     {"container", "main"}}),
-            0);
+  EXPECT_GE(
+      ValueOf(
+          families, "DCGM_FI_DEV_FB_TOTAL",
+          {{"GPU_I_ID", big_gi}, {"pod", "trainer-0"}, {"namespace", "ml"}, {"container", "main"}}),
+      0);
   EXPECT_EQ(ValueOf(families, "gpuslice_gpu_mig_mode", {{"gpu", "0"}, {"pod", "trainer-0"}}), -1);
   // A whole GPU's series carry its pod.
-  EXPECT_EQ(ValueOf(families, "gpuslice_gpu_mig_mode",
-                    {{"gpu", "1"}, {"pod", "api-7"}, {"namespace", "web"}, {"container", "server"}}),
-            0);
+  EXPECT_EQ(
+      ValueOf(families, "gpuslice_gpu_mig_mode",
+              {{"gpu", "1"}, {"pod", "api-7"}, {"namespace", "web"}, {"container", "server"}}),
+      0);
   // A software slice's series carry the pod of the container that holds its units.
   bool slice_labelled = false;
   for (const Family& family : families) {

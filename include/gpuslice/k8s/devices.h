@@ -2,7 +2,8 @@
 //
 // The device plugin (gpuslice/k8s/plugin.h) reads a NodeSnapshot of the machine through the device
 // layer and turns it into resources with this pure code:
-//   * whole GPUs (MIG disabled, not shared)   → `nvidia.com/gpu`, one device per GPU, ID = GPU UUID;
+//   * whole GPUs (MIG disabled, not shared)   → `nvidia.com/gpu`, one device per GPU, ID = GPU
+//   UUID;
 //   * MIG devices whose compute instance spans its whole GPU instance (NVIDIA's "mixed" strategy)
 //                                             → `nvidia.com/mig-<profile>` with `+` replaced by `.`
 //                                               (`1g.10gb+me` → `nvidia.com/mig-1g.10gb.me`), one
@@ -82,7 +83,8 @@ struct SharingConfig {
   // GPUs offered as gpuslice.io/gpu-share instead of nvidia.com/gpu: by index ("0") or UUID.
   // "all" = every MIG-disabled GPU.
   std::vector<std::string> shared_gpus;
-  int units = 100;  // units per shared GPU: a divisor of 1000 from 2 to 1000 (a unit = 1000/units milli)
+  int units =
+      100;  // units per shared GPU: a divisor of 1000 from 2 to 1000 (a unit = 1000/units milli)
 
   bool Shares(const NodeGpu& gpu) const;
 };

@@ -3,7 +3,8 @@
 // ../shared/reference/kubernetes-apis.md §2). No guessing from annotations or timestamps: kubelet
 // reports the device IDs it handed each container.
 //
-//   * ListPodDevices calls List (one unary call, `timeout`) and flattens the answer to one entry per
+//   * ListPodDevices calls List (one unary call, `timeout`) and flattens the answer to one entry
+//   per
 //     (container, device ID) of the resources gpuslice offers (nvidia.com/gpu, nvidia.com/mig-*,
 //     gpuslice.io/gpu-share); other resources are left out. Errors: Unavailable when the socket
 //     cannot be reached, the gRPC status otherwise.
