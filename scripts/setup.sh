@@ -9,6 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   clang-format coinor-libcbc-dev libsqlite3-dev libssl-dev libpq-dev libcpp-httplib-dev
   libjemalloc-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   postgresql
   prometheus
 )

@@ -10,6 +10,8 @@ void AddTopCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 void AddReportCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 // gpuslice measure (command_measure.cc).
 void AddMeasureCommand(CLI::App& app, const GlobalOptions& global, Action* action);
+// gpuslice extender (command_extender.cc).
+void AddExtenderCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 // gpuslice device-plugin (command_device_plugin.cc).
 void AddDevicePluginCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 }  // namespace gpuslice::cli
@@ -40,7 +42,8 @@ int main(int argc, char** argv) {
       "  gpuslice report usage --since 7d     peak/typical use per workload, what to re-size\n"
       "  gpuslice measure -- CMD              a CUDA command's peak VRAM and smallest slice\n\n"
       "Kubernetes:\n"
-      "  gpuslice device-plugin               offer MIG, whole and shared GPUs to kubelet\n\n"
+      "  gpuslice device-plugin               offer MIG, whole and shared GPUs to kubelet\n"
+      "  gpuslice extender --nodes F          kube-scheduler extender on the placement engine\n\n"
       "Choose a placement policy:\n"
       "  gpuslice replay --nodes nodes.csv --pods pods.csv   replay a trace under every policy\n",
       "gpuslice");
@@ -70,6 +73,7 @@ int main(int argc, char** argv) {
   AddNodeCommands(app, global, &action);
   AddReportCommand(app, global, &action);
   AddMeasureCommand(app, global, &action);
+  AddExtenderCommand(app, global, &action);
   AddDevicePluginCommand(app, global, &action);
   try {
     app.parse(argc, argv);
