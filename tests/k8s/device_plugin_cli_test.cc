@@ -7,6 +7,7 @@
 #include "cli/run_gpuslice.h"
 #include "cli/serve_process.h"
 #include "kubelet_standin.h"
+#include "mig_layouts.h"
 
 namespace gpuslice::k8s {
 namespace {
@@ -22,26 +23,6 @@ using ::testing::HasSubstr;
 using testing::KubeletStandIn;
 using testing::SeenDevice;
 
-constexpr char kConfig[] = R"(version: v1
-mig-configs:
-  first:
-    - devices: [0, 1]
-      mig-enabled: false
-    - devices: [2]
-      mig-enabled: true
-      mig-devices:
-        "3g.40gb": 1
-        "1g.10gb": 2
-  second:
-    - devices: [0, 1]
-      mig-enabled: false
-    - devices: [2]
-      mig-enabled: true
-      mig-devices:
-        "2g.20gb": 2
-        "1g.10gb": 3
-)";
-
 class DevicePluginCli : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -50,7 +31,7 @@ class DevicePluginCli : public ::testing::Test {
     mkdir(plugins_.c_str(), 0750);
     mkdir((dir_ + "/features.d").c_str(), 0755);
     sim_ = dir_ + "/machine.json";
-    std::ofstream(dir_ + "/mig.yaml") << kConfig;
+    std::ofstream(dir_ + "/mig.yaml") << testing::kTwoMigLayouts;
     std::ofstream(dir_ + "/libgpuslice-cuda.so") << "stand-in";
     ASSERT_EQ(RunGpuslice("sim create " + sim_ + " 3xA100-80GB").exit_code, 0);
     Apply("first");

@@ -20,6 +20,7 @@
 #include "gpuslice/k8s/pod_resources.h"
 #include "gpuslice/spec/mig_parted.h"
 #include "kubelet_standin.h"
+#include "mig_layouts.h"
 
 namespace gpuslice::k8s {
 namespace {
@@ -29,27 +30,6 @@ using ::testing::HasSubstr;
 using testing::KubeletStandIn;
 using testing::SeenDevice;
 using ::testing::UnorderedElementsAre;
-
-// GPU 0 whole, GPU 1 shared, GPU 2 MIG; "second" re-lays GPU 2 with a profile "first" lacks.
-constexpr char kConfig[] = R"(version: v1
-mig-configs:
-  first:
-    - devices: [0, 1]
-      mig-enabled: false
-    - devices: [2]
-      mig-enabled: true
-      mig-devices:
-        "3g.40gb": 1
-        "1g.10gb": 2
-  second:
-    - devices: [0, 1]
-      mig-enabled: false
-    - devices: [2]
-      mig-enabled: true
-      mig-devices:
-        "2g.20gb": 2
-        "1g.10gb": 3
-)";
 
 class PluginTest : public ::testing::Test {
  protected:
@@ -67,7 +47,8 @@ class PluginTest : public ::testing::Test {
     ASSERT_TRUE(state.ok()) << state.status();
     sim_ = std::make_shared<device::SimBackend>(*state, hw::Catalog::Builtin());
     backend_ = std::make_shared<device::SynchronizedBackend>(sim_);
-    absl::StatusOr<spec::MigConfigFile> file = spec::ParseMigPartedConfig(kConfig, "config.yaml");
+    absl::StatusOr<spec::MigConfigFile> file =
+        spec::ParseMigPartedConfig(testing::kTwoMigLayouts, "config.yaml");
     ASSERT_TRUE(file.ok()) << file.status();
     file_ = *file;
     Apply("first");
