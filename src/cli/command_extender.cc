@@ -169,14 +169,23 @@ int RunExtender(const ExtenderCliOptions& options, const GlobalOptions& global) 
       std::cerr << "gpuslice extender: resync: " << pods.status().message() << "\n";
       continue;
     }
-    absl::StatusOr<std::vector<std::string>> released = service.ReleaseGone(*pods);
-    if (!released.ok()) {
-      std::cerr << "gpuslice extender: resync: " << released.status().message() << "\n";
-    } else if (!released->empty()) {
-      std::cout << "gpuslice extender: released " << absl::StrJoin(*released, ", ")
-                << " (gone from the API server)\n"
-                << std::flush;
+    absl::StatusOr<k8s::ResyncResult> synced = service.Resync(*pods);
+    if (!synced.ok()) {
+      std::cerr << "gpuslice extender: resync: " << synced.status().message() << "\n";
+      continue;
     }
+    if (!synced->released.empty()) {
+      std::cout << "gpuslice extender: released " << absl::StrJoin(synced->released, ", ")
+                << " (gone from the API server)\n";
+    }
+    if (!synced->adopted.empty()) {
+      std::cout << "gpuslice extender: took in " << absl::StrJoin(synced->adopted, ", ")
+                << " (bound without the extender)\n";
+    }
+    for (const std::string& conflict : synced->conflicts) {
+      std::cerr << "gpuslice extender: resync: does not fit where it runs: " << conflict << "\n";
+    }
+    std::cout << std::flush;
   }
   server.stop();
   thread.join();
@@ -221,8 +230,9 @@ void AddExtenderCommand(CLI::App& app, const GlobalOptions& global, Action* acti
   cmd->add_flag("--insecure-skip-tls-verify", options->insecure,
                 "Do not verify the API server's certificate");
   cmd->add_option("--resync-seconds", options->resync_s,
-                  "List the API server's pods this often and release the GPUs of pods that are "
-                  "gone or finished (0: never; with --no-bind there is no API server to ask)")
+                  "List the API server's pods this often: release the GPUs of pods that are gone "
+                  "or finished, take in pods bound without the extender (0: never; with --no-bind "
+                  "there is no API server to ask)")
       ->check(CLI::Range(0, 86400))
       ->capture_default_str();
   cmd->add_flag("--no-bind", options->no_bind,

@@ -713,31 +713,66 @@ absl::Status Extender::Release(std::string_view key) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> Extender::ReleaseGone(const json& pod_list) {
+absl::StatusOr<ResyncResult> Extender::Resync(const json& pod_list) {
   if (!pod_list.is_object() || !pod_list.contains("items") || !pod_list["items"].is_array()) {
-    return absl::InvalidArgumentError("the pod list has no `items` array; nothing released");
+    return absl::InvalidArgumentError("the pod list has no `items` array; nothing changed");
   }
-  // The pods that still hold their devices, under both keys a pod may be filed by.
+  // The pods that hold their devices (bound to a node, not finished), under both keys a pod may
+  // be filed by.
   std::set<std::string> running;
+  std::vector<std::pair<PodRequest, std::string>> bound_elsewhere;  // (pod, node) to adopt
   for (const json& item : pod_list["items"]) {
     if (!item.is_object()) continue;
     const json metadata = item.value("metadata", json::object());
     const json status = item.value("status", json::object());
+    const json spec = item.value("spec", json::object());
     const std::string phase = status.is_object() ? status.value("phase", "") : "";
     if (phase == "Succeeded" || phase == "Failed") continue;  // devices given back by kubelet
     if (!metadata.is_object()) continue;
     const std::string uid = metadata.value("uid", "");
+    const std::string by_name =
+        absl::StrCat(metadata.value("namespace", ""), "/", metadata.value("name", ""));
     if (!uid.empty()) running.insert(uid);
-    running.insert(absl::StrCat(metadata.value("namespace", ""), "/", metadata.value("name", "")));
+    running.insert(by_name);
+    const std::string node = spec.is_object() ? spec.value("nodeName", "") : "";
+    if (node.empty()) continue;  // not bound yet: the scheduler will ask
+    absl::StatusOr<PodRequest> pod = ParsePod(item, options_.units_per_gpu, options_.catalog);
+    if (!pod.ok() || pod->parts.empty()) continue;
+    if (bound_.contains(pod->key())) continue;
+    bound_elsewhere.emplace_back(*std::move(pod), node);
   }
-  std::vector<std::string> gone;
+  ResyncResult result;
   for (const auto& [key, placement] : bound_) {
-    if (!running.contains(key)) gone.push_back(key);
+    if (!running.contains(key)) result.released.push_back(key);
   }
-  for (const std::string& key : gone) {
+  for (const std::string& key : result.released) {
     if (absl::Status released = Release(key); !released.ok()) return released;
   }
-  return gone;
+  // Pods bound while the extender was away (restarted) or by another scheduler: their GPUs are
+  // taken, so they are claimed where they run.
+  for (const auto& [pod, node_name] : bound_elsewhere) {
+    const int node = NodeIndex(node_name);
+    if (node < 0) continue;  // not one of gpuslice's nodes
+    std::string why;
+    std::optional<std::vector<place::Allocation>> claimed = Claim(pod, node, &why);
+    if (!claimed) {
+      result.conflicts.push_back(
+          absl::StrCat(pod.namespace_, "/", pod.name, " on ", node_name, ": ", why));
+      continue;
+    }
+    PodPlacement placement;
+    placement.key = pod.key();
+    placement.name = pod.name;
+    placement.namespace_ = pod.namespace_;
+    placement.node = node_name;
+    placement.node_index = node;
+    placement.allocations = *std::move(claimed);
+    placement.parts = pod.parts;
+    bound_.emplace(pod.key(), std::move(placement));
+    pending_.erase(pod.key());
+    result.adopted.push_back(pod.key());
+  }
+  return result;
 }
 
 const PodPlacement* Extender::Find(std::string_view key) const {

@@ -66,10 +66,9 @@ std::pair<int, std::string> ExtenderService::HandleBind(const std::string& body)
   return {200, extender_->Bind(args, binder_).dump()};
 }
 
-absl::StatusOr<std::vector<std::string>> ExtenderService::ReleaseGone(
-    const nlohmann::json& pod_list) {
+absl::StatusOr<ResyncResult> ExtenderService::Resync(const nlohmann::json& pod_list) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return extender_->ReleaseGone(pod_list);
+  return extender_->Resync(pod_list);
 }
 
 std::pair<int, std::string> ExtenderService::HandleRelease(const std::string& body) {

@@ -11,7 +11,7 @@
 //   POST <prefix>/release     gpuslice's own: {"PodUID": ...} or {"PodNamespace", "PodName"} (when
 //                             the pod was filed without a UID) → 200 {"Error": ""}, 404 with
 //                             `Error` when not bound, 400 when malformed. For whatever watches pod
-//                             deletions; `gpuslice extender` itself resyncs with ReleaseGone.
+//                             deletions; `gpuslice extender` itself resyncs with the API server.
 //   GET  <prefix>/state       Extender::State(), for debugging.
 // <prefix> is "" or starts with '/' and has no trailing '/' ("/extender" → "/extender/filter").
 // Calls are serialised by one mutex (the Binder runs under it, so a slow API server delays the
@@ -39,8 +39,8 @@ class ExtenderService {
   std::pair<int, std::string> HandleBind(const std::string& body);
   std::pair<int, std::string> HandleRelease(const std::string& body);
   std::string HandleState();
-  // Extender::ReleaseGone under the service's lock (for the resync loop of `gpuslice extender`).
-  absl::StatusOr<std::vector<std::string>> ReleaseGone(const nlohmann::json& pod_list);
+  // Extender::Resync under the service's lock (for the resync loop of `gpuslice extender`).
+  absl::StatusOr<ResyncResult> Resync(const nlohmann::json& pod_list);
 
  private:
   std::mutex mutex_;

@@ -237,7 +237,7 @@ TEST_F(ExtenderServerTest, FilterPrioritizeBindEndToEnd) {
   EXPECT_EQ(extender_->Find("6a1c-77"), nullptr);
 }
 
-TEST_F(ExtenderServerTest, PodsGoneFromTheApiServerGiveTheirGpusBack) {
+TEST_F(ExtenderServerTest, ResyncReleasesGonePodsAndTakesInPodsBoundWithoutIt) {
   StartWith(201);
   auto bind = [&](const std::string& name, const std::string& node) {
     const std::string pod = R"({"metadata":{"name":")" + name + R"(","namespace":"ml","uid":"u-)" +
@@ -256,10 +256,22 @@ TEST_F(ExtenderServerTest, PodsGoneFromTheApiServerGiveTheirGpusBack) {
   bind("a", "node1");
   bind("b", "node1");
   bind("c", "node2");
-  // The API server still has a (running) and b (finished); c is gone.
-  api_->set_pods(json::parse(R"({"kind":"PodList","apiVersion":"v1","items":[
+  // The API server still has a (running) and b (finished); c is gone. d was bound to node2 while
+  // the extender was away, e to node1 where it cannot fit any more.
+  const std::string gpus = R"("spec":{"nodeName":"NODE","containers":[{"name":"main",)"
+                           R"("resources":{"limits":{"nvidia.com/gpu":"COUNT"}}}]})";
+  auto bound_pod = [&](const std::string& name, const std::string& node, const std::string& n) {
+    std::string spec = gpus;
+    spec.replace(spec.find("NODE"), 4, node);
+    spec.replace(spec.find("COUNT"), 5, n);
+    return R"({"metadata":{"name":")" + name + R"(","namespace":"ml","uid":"u-)" + name + R"("},)" +
+           spec + R"(,"status":{"phase":"Running"}})";
+  };
+  api_->set_pods(json::parse(
+      R"({"kind":"PodList","apiVersion":"v1","items":[
       {"metadata":{"name":"a","namespace":"ml","uid":"u-a"},"status":{"phase":"Running"}},
-      {"metadata":{"name":"b","namespace":"ml","uid":"u-b"},"status":{"phase":"Succeeded"}}]})"));
+      {"metadata":{"name":"b","namespace":"ml","uid":"u-b"},"status":{"phase":"Succeeded"}},)" +
+      bound_pod("d", "node2", "2") + "," + bound_pod("e", "node1", "2") + "]}"));
   KubeApiOptions options;
   options.server = api_->url();
   options.token_file = (dir_ / "token").string();
@@ -269,15 +281,28 @@ TEST_F(ExtenderServerTest, PodsGoneFromTheApiServerGiveTheirGpusBack) {
   ASSERT_TRUE(pods.ok()) << pods.status();
   EXPECT_EQ(api_->calls().back().path, "/api/v1/pods");
   EXPECT_EQ(api_->calls().back().authorization, "Bearer s3cret-token");
-  absl::StatusOr<std::vector<std::string>> released = service_->ReleaseGone(*pods);
-  ASSERT_TRUE(released.ok()) << released.status();
-  EXPECT_THAT(*released, ::testing::UnorderedElementsAre("u-b", "u-c"));
+  absl::StatusOr<ResyncResult> synced = service_->Resync(*pods);
+  ASSERT_TRUE(synced.ok()) << synced.status();
+  EXPECT_THAT(synced->released, ::testing::UnorderedElementsAre("u-b", "u-c"));
+  EXPECT_THAT(synced->adopted, ::testing::ElementsAre("u-d"));
+  ASSERT_EQ(synced->conflicts.size(), 1u);  // node1: a holds one GPU, e wants two
+  EXPECT_THAT(synced->conflicts[0], HasSubstr("ml/e on node1"));
   EXPECT_NE(extender_->Find("u-a"), nullptr);
   EXPECT_EQ(extender_->Find("u-b"), nullptr);
-  // node1's second GPU is free again: a 1-GPU pod fits there.
+  ASSERT_NE(extender_->Find("u-d"), nullptr);
+  EXPECT_EQ(extender_->Find("u-d")->node, "node2");
+  // node1's second GPU is free again; node2 has d's two GPUs taken.
   EXPECT_EQ(extender_->cluster().FreeMilli(0, 0) + extender_->cluster().FreeMilli(0, 1), 1000);
-  // A reply that is not a pod list releases nothing.
-  EXPECT_FALSE(service_->ReleaseGone(json::parse(R"({"kind":"Status"})")).ok());
+  int node2_free = 0;
+  for (int g = 0; g < 4; ++g) node2_free += extender_->cluster().FreeMilli(1, g);
+  EXPECT_EQ(node2_free, 2000);
+  // Running it again changes nothing.
+  synced = service_->Resync(*pods);
+  ASSERT_TRUE(synced.ok());
+  EXPECT_TRUE(synced->released.empty());
+  EXPECT_TRUE(synced->adopted.empty());
+  // A reply that is not a pod list changes nothing.
+  EXPECT_FALSE(service_->Resync(json::parse(R"({"kind":"Status"})")).ok());
   EXPECT_NE(extender_->Find("u-a"), nullptr);
 }
 

@@ -37,9 +37,9 @@
 // nodes in GpuMode::kWhole, MIG resources only on kMig nodes, shares only on kShared nodes.
 //
 // The state: the extender's own Cluster, built from the nodes it is given, with nothing allocated;
-// it changes only through Bind (a pod's GPUs are claimed) and Release / ReleaseGone (the pod is
-// gone: `gpuslice extender` lists the API server's pods every --resync-seconds). Pods bound by
-// anyone else are not seen.
+// it changes through Bind (a pod's GPUs are claimed), Release (the pod is gone) and Resync with the
+// API server's pod list (`gpuslice extender` lists the pods every --resync-seconds: pods gone or
+// finished are released, pods bound without the extender are claimed where they run).
 //
 // The verbs (every reply uses the PascalCase keys kube-scheduler sends and reads):
 //   * Filter(ExtenderArgs) → ExtenderFilterResult. Candidates come from `NodeNames` (then the reply
@@ -157,6 +157,13 @@ struct PodPlacement {
   std::vector<PodPart> parts;
 };
 
+// What Extender::Resync changed (pod keys; conflicts with the reason).
+struct ResyncResult {
+  std::vector<std::string> released;
+  std::vector<std::string> adopted;
+  std::vector<std::string> conflicts;
+};
+
 struct ExtenderOptions {
   std::string policy = "gpuslice";
   place::PolicyOptions policy_options;
@@ -179,11 +186,14 @@ class Extender {
   nlohmann::json Bind(const nlohmann::json& args, const Binder& binder);
   // Releases a bound pod's GPUs (the pod was deleted or finished). NotFound if it is not bound.
   absl::Status Release(std::string_view key);
-  // Releases every bound pod that the API server's pod list (a v1.PodList: `items[]` with
-  // metadata.uid/name/namespace and status.phase) no longer has, or has as Succeeded or Failed
-  // (kubelet has given their devices back). Returns the keys released. InvalidArgument, and
-  // nothing released, when the list has no `items` array.
-  absl::StatusOr<std::vector<std::string>> ReleaseGone(const nlohmann::json& pod_list);
+  // Brings the state in line with the API server's pod list (a v1.PodList: `items[]` with
+  // metadata, spec.nodeName, the containers' resources and status.phase): releases every bound
+  // pod the list no longer has, or has as Succeeded or Failed (kubelet has given their devices
+  // back); and claims the GPUs of pods bound to one of its nodes that it does not know (bound
+  // while it was restarting, or by another scheduler), with the policy's GPU choice, listing
+  // those that no longer fit as conflicts. InvalidArgument, and nothing changed, when the list has
+  // no `items` array.
+  absl::StatusOr<ResyncResult> Resync(const nlohmann::json& pod_list);
   // The bound pod, or null.
   const PodPlacement* Find(std::string_view key) const;
   // Nodes with their GPUs' free capacity and the bound pods, for debugging.
