@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gpuslice/geometry/layout_text.h"
 #include "gpuslice/k8s/devices.h"
 #include "gpuslice/util/yaml_reader.h"
 
@@ -311,6 +312,40 @@ absl::StatusOr<std::vector<place::NodeSpec>> ParseNodesYaml(std::string_view tex
         node.model = model->id;
       } else {
         entry.Fail("mode", absl::StrCat("'", mode, "': expected whole, shared or mig"));
+      }
+      // The MIG layout the node's GPUs have (fixed by an admin or `gpuslice apply`): one for every
+      // GPU, or one per GPU, in the layout text of `gpuslice check`.
+      const std::vector<std::string> layouts = entry.StringList("layouts");
+      if (!layouts.empty()) {
+        if (node.mode != place::GpuMode::kMig) {
+          entry.Fail("layouts", "only MIG nodes (mode: mig) have layouts");
+        }
+        if (layouts.size() != 1 && static_cast<int>(layouts.size()) != node.gpus) {
+          entry.Fail("layouts", absl::StrCat(layouts.size(), " layouts for ", node.gpus,
+                                             " GPUs: give one for all, or one per GPU"));
+        }
+        const geometry::Shape shape(*model);
+        for (int gpu = 0; gpu < node.gpus; ++gpu) {
+          const std::string& layout = layouts[layouts.size() == 1 ? 0 : static_cast<size_t>(gpu)];
+          absl::StatusOr<geometry::ParsedLayout> parsed = geometry::ParseLayout(shape, layout);
+          if (!parsed.ok()) {
+            entry.Fail("layouts", absl::StrCat("GPU ", gpu, ": ", parsed.status().message()));
+          }
+          const geometry::ResolvedLayout resolved = geometry::ResolveLayout(shape, *parsed);
+          if (!resolved.valid()) {
+            entry.Fail("layouts",
+                       absl::StrCat("GPU ", gpu, ": '", layout, "' is not a valid layout: ",
+                                    resolved.violations.empty()
+                                        ? resolved.ci_problems.front()
+                                        : geometry::Describe(shape, resolved.instances,
+                                                             resolved.violations.front())));
+          }
+          place::FixedLayout fixed{true, {}};
+          for (const geometry::Placed& instance : resolved.instances) {
+            fixed.instances.push_back({instance.profile, instance.start});
+          }
+          node.fixed.push_back(std::move(fixed));
+        }
       }
       node.gpu_memory_mib = entry.Int("gpu_memory_mib", 0, std::int64_t{1} << 30,
                                       model != nullptr ? model->memory_mib : 0);

@@ -439,5 +439,60 @@ TEST(ParseNodesYamlTest, ReadsNodesAndLocatesErrors) {
   EXPECT_FALSE(ParseNodesYaml("nodes: [", "n.yaml").ok());
 }
 
+TEST(ParseNodesYamlTest, FixedMigLayoutsAreHandedOutAsTheyAre) {
+  absl::StatusOr<std::vector<place::NodeSpec>> nodes = ParseNodesYaml(R"(nodes:
+- name: small-slices
+  gpus: 2
+  mode: mig
+  model: A100-80GB
+  layouts: ["1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb,1g.10gb"]
+- name: mixed
+  gpus: 2
+  mode: mig
+  model: A100-80GB
+  layouts: ["3g.40gb,3g.40gb", "4g.40gb,2g.20gb,1g.10gb"]
+)",
+                                                                      "nodes.yaml");
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  ASSERT_EQ((*nodes)[0].fixed.size(), 2u);
+  EXPECT_EQ((*nodes)[0].fixed[1].instances.size(), 7u);
+  EXPECT_EQ((*nodes)[1].fixed[1].instances.size(), 3u);
+  absl::StatusOr<Extender> extender = Extender::Create(*nodes);
+  ASSERT_TRUE(extender.ok()) << extender.status();
+  // A 3g.40gb exists only on `mixed`; on `small-slices` it never will (its layout is fixed).
+  json reply = extender->Filter(
+      Args(Pod("p", {{{"nvidia.com/mig-3g.40gb", 1}}}), {"small-slices", "mixed"}));
+  EXPECT_EQ(reply["NodeNames"], json({"mixed"}));
+  EXPECT_TRUE(reply["FailedAndUnresolvableNodes"].contains("small-slices") ||
+              reply["FailedNodes"].contains("small-slices"))
+      << reply.dump();
+  std::vector<BindingTarget> seen;
+  ASSERT_EQ(extender->Bind(BindArgs("p", "mixed"), Accept(&seen))["Error"], "");
+  const PodPlacement* placed = extender->Find("uid-p");
+  ASSERT_NE(placed, nullptr);
+  const place::GpuClaim& claim = placed->allocations[0].gpus[0];
+  EXPECT_EQ(claim.gpu, 0);  // the GPU whose fixed layout has 3g.40gb instances
+  EXPECT_TRUE(claim.mig_start == 0 || claim.mig_start == 4) << claim.mig_start;
+
+  EXPECT_THAT(ParseNodesYaml("nodes:\n- name: a\n  gpus: 2\n  mode: mig\n  model: A100-80GB\n"
+                             "  layouts: [\"7g.80gb,1g.10gb\"]\n",
+                             "n.yaml")
+                  .status()
+                  .message(),
+              HasSubstr("not a valid layout"));
+  EXPECT_THAT(ParseNodesYaml("nodes:\n- name: a\n  gpus: 3\n  mode: mig\n  model: A100-80GB\n"
+                             "  layouts: [\"7g.80gb\", \"7g.80gb\"]\n",
+                             "n.yaml")
+                  .status()
+                  .message(),
+              HasSubstr("2 layouts for 3 GPUs"));
+  EXPECT_THAT(ParseNodesYaml("nodes:\n- name: a\n  gpus: 1\n  mode: whole\n"
+                             "  layouts: [\"7g.80gb\"]\n",
+                             "n.yaml")
+                  .status()
+                  .message(),
+              HasSubstr("only MIG nodes"));
+}
+
 }  // namespace
 }  // namespace gpuslice::k8s

@@ -128,6 +128,10 @@ absl::StatusOr<PodRequest> ParsePod(const nlohmann::json& pod, int units_per_gpu
 //     gpus: 8
 //     mode: mig             # whole | shared | mig
 //     model: A100-80GB      # a catalog model (REQUIRED for mig; else any label)
+//     layouts: ["3g.40gb,2g.20gb,1g.10gb,1g.10gb"]  # mig only, optional: the fixed MIG layout of
+//                           # every GPU (one entry) or of each GPU (one per GPU), in the layout
+//                           # text of `gpuslice check`; then only those instances are handed out.
+//                           # Without it a MIG GPU is partitioned on demand.
 //     gpu_memory_mib: 81920 # optional; default the catalog model's memory, else 0
 //     cpu_milli: 96000      # optional, default 1000000 (not used for decisions)
 //     memory_mib: 786432    # optional, default 1 << 30 MiB (not used for decisions)
