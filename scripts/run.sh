@@ -7,7 +7,8 @@
 #   3. applying mig-parted configs to a simulated machine (no GPU needed): apply, change, status;
 #   4. planning a fleet (examples/plan), then applying the plan of one node to a simulated copy of it;
 #   5. choosing a placement policy: replaying a request trace under every policy (examples/place, or
-#      Alibaba's trace when ../shared/data/alibaba-gpu-v2023 is there).
+#      Alibaba's trace when ../shared/data/alibaba-gpu-v2023 is there);
+#   6. Kubernetes: the resources and node labels the device plugin would offer for part 3's machine.
 # To keep the service running afterwards: build/gpuslice serve
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -79,6 +80,13 @@ if [[ -f "$alibaba/openb_pod_list_default.csv" ]]; then
 else
   run replay --nodes examples/place/nodes.csv --pods examples/place/pods.csv --seeds 1-5 -q
 fi
+
+section "6. Kubernetes: what the simulated machine of part 3 offers to kubelet (device plugin, node labels)"
+run device-plugin --once --sim "$machine"
+# GPUs without MIG: one whole (nvidia.com/gpu), one in units of gpuslice.io/gpu-share.
+l4=$(mktemp -d)/l4-node.json
+run sim create "$l4" 2xL4
+run device-plugin --once --sim "$l4" --shared-gpus 1
 echo
 echo "Try next: $g gpus | $g profiles A100-40GB | $g layouts H100-80GB --maximal | $g --help"
 echo "          $g plan -w examples/plan/workloads.yaml -f examples/plan/fleet.yaml --current $plan/assignment.json"

@@ -203,8 +203,8 @@ int RunDevicePlugin(const GlobalOptions& global, const DevicePluginOptions& o) {
     for (const auto& [resource, devices] : resources.resources) {
       int healthy = 0;
       for (const k8s::PluginDevice& device : devices) healthy += device.healthy ? 1 : 0;
-      std::cout << "  " << resource << ": " << devices.size() << " devices (" << healthy
-                << " healthy)";
+      std::cout << "  " << resource << ": " << devices.size()
+                << (devices.size() == 1 ? " device (" : " devices (") << healthy << " healthy)";
       if (resource == k8s::kShareResource) {
         std::cout << ", " << options.allocate.sharing.units << " units per GPU";
       } else {
