@@ -439,15 +439,13 @@ int RunAgent(const GlobalOptions& global, const AgentOptions& o) {
     PrintError("give --sim-fleet or --sim-state, not both");
     return kExitBadInput;
   }
-  std::optional<ListenAddress> metrics_address;
-  if (!o.metrics_listen.empty()) {
-    absl::StatusOr<ListenAddress> address = ParseListenAddress(o.metrics_listen);
-    if (!address.ok()) {
-      PrintError(absl::StrCat("--metrics-listen: ", address.status().message()));
-      return kExitBadInput;
-    }
-    metrics_address = *address;
+  absl::StatusOr<std::optional<ListenAddress>> metrics_option =
+      ParseMetricsListenOption(o.metrics_listen);
+  if (!metrics_option.ok()) {
+    PrintError(std::string(metrics_option.status().message()));
+    return kExitBadInput;
   }
+  const std::optional<ListenAddress> metrics_address = *metrics_option;
   std::shared_ptr<device::Backend> backend;
   if (!o.sim_state.empty()) {
     absl::StatusOr<std::unique_ptr<device::SimBackend>> sim =

@@ -153,15 +153,13 @@ int RunDevicePlugin(const GlobalOptions& global, const DevicePluginOptions& o) {
     LogLine(absl::StrCat("warning: ", found.status().message(),
                          "; share units will be refused at allocation (--interposer PATH)"));
   }
-  std::optional<ListenAddress> metrics_address;
-  if (!o.metrics_listen.empty()) {
-    absl::StatusOr<ListenAddress> address = ParseListenAddress(o.metrics_listen);
-    if (!address.ok()) {
-      PrintError(absl::StrCat("--metrics-listen: ", address.status().message()));
-      return kExitBadInput;
-    }
-    metrics_address = *address;
+  absl::StatusOr<std::optional<ListenAddress>> metrics_option =
+      ParseMetricsListenOption(o.metrics_listen);
+  if (!metrics_option.ok()) {
+    PrintError(std::string(metrics_option.status().message()));
+    return kExitBadInput;
   }
+  const std::optional<ListenAddress> metrics_address = *metrics_option;
 
   std::unique_ptr<device::Backend> backend = OpenBackend(o.device, *catalog);
   if (backend == nullptr) return 1;

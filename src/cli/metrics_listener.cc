@@ -12,6 +12,16 @@
 
 namespace gpuslice::cli {
 
+absl::StatusOr<std::optional<ListenAddress>> ParseMetricsListenOption(const std::string& text) {
+  if (text.empty()) return std::optional<ListenAddress>();
+  absl::StatusOr<ListenAddress> address = ParseListenAddress(text);
+  if (!address.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-listen: ", address.status().message()));
+  }
+  return std::optional<ListenAddress>(*address);
+}
+
 absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& text) {
   const std::size_t colon = text.rfind(':');
   ListenAddress address;

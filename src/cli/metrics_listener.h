@@ -18,6 +18,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -37,6 +38,10 @@ struct ListenAddress {
 
 // "HOST:PORT" (e.g. "127.0.0.1:9401", "[::1]:9401", "0.0.0.0:0"); InvalidArgument otherwise.
 absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& text);
+
+// The value of a --metrics-listen option: nullopt when empty (no listener), else
+// ParseListenAddress's answer with its error prefixed by "--metrics-listen: ".
+absl::StatusOr<std::optional<ListenAddress>> ParseMetricsListenOption(const std::string& text);
 
 class MetricsListener {
  public:
