@@ -76,7 +76,7 @@ int Usage(const std::string& message) {
                " [--time-limit S] [--data DIR] [--seed N] [--uniform-cost] [--json]\n"
                "  --sizes  W workloads on about G GPUs (default G = W); default"
                " 100,1000,10000\n"
-               "  --mode   fast: LP rounding only; exact: CBC only (fleets <= 1000 GPUs);"
+               "  --mode   fast: the fast plan only; exact: the exact search (fleets <= 1000 GPUs);"
                " both (default)\n"
                "  --data   ParvaGPU's A100-80GB profile directory: scale its tables for the"
                " throughput workloads\n"
@@ -575,7 +575,10 @@ RunResult RunOne(const plan::WorkloadSet& workloads, const plan::Fleet& fleet,
   run.gpus_used = result->gpus_used;
   run.cost = result->cost_per_hour;
   run.lower_bound = result->lower_bound_cost;
-  run.gap_pct = run.lower_bound > 0 ? 100.0 * (run.cost - run.lower_bound) / run.lower_bound : 0;
+  // (Never below zero: a proven plan can sit a rounding error under its bound.)
+  run.gap_pct = run.lower_bound > 0
+                    ? std::max(0.0, 100.0 * (run.cost - run.lower_bound) / run.lower_bound)
+                    : 0;
   run.proven = result->proven_optimal;
   run.unplaced = static_cast<int>(result->unplaced.size());
   for (const auto& [w, why] : result->unplaced) {

@@ -292,8 +292,10 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& global, Action* action) 
       ->check(CLI::ExistingFile);
   CLI::Option* exact = command->add_flag(
       "--exact", options->exact,
-      "After the fast plan, search with CBC branch and bound until the plan is proven optimal or "
-      "the time limit passes (the default does this for at most 3 s on fleets up to 2,000 GPUs)");
+      "Search until the plan is proven optimal or the time limit passes: branch and price on "
+      "the number of GPUs of each price (column generation over integer covers, CBC for whole "
+      "plans); the default does this for at most 3 s on fleets up to 2,000 GPUs, after the "
+      "fast plan");
   CLI::Option* fast = command->add_flag(
       "--fast", options->fast,
       "Only the fast plan: LP relaxation, rounding and a few seconds of CBC over integer covers; "

@@ -6,6 +6,8 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
+#include <queue>
 #include <set>
 #include <tuple>
 
@@ -153,6 +155,9 @@ class Planner {
       : workloads_(workloads), fleet_(fleet), catalog_(catalog), options_(options) {}
 
   absl::StatusOr<PlanResult> Run();
+  // The whole integer program solved by CBC alone, for cross-checking the planner (see
+  // planner.h).
+  absl::StatusOr<std::optional<double>> SolveWholeProgram(double time_limit_s);
 
  private:
   absl::Status BuildFleet();
@@ -173,9 +178,72 @@ class Planner {
   // Restricted master: each throughput class picks one of a few integer covers (its patterns),
   // replica classes and GPUs stay as in the full program; solved by CBC within the time limit,
   // looking only for plans cheaper than `cutoff`. False when it found none.
+  // With `group_lower`/`group_upper`, the GPUs of each price group (Master::price_groups) stay
+  // within those bounds.
   bool SolvePatterns(const std::vector<std::vector<std::vector<int>>>& patterns,
                      double time_limit_s, double cutoff, std::vector<std::vector<int>>* counts,
-                     std::vector<std::vector<int>>* gpus) const;
+                     std::vector<std::vector<int>>* gpus,
+                     const std::vector<int>* group_lower = nullptr,
+                     const std::vector<int>* group_upper = nullptr, bool preprocess = true) const;
+  // The restricted master program over `patterns`: GPUs per (type, config), replica instances
+  // per option, and one pattern (integer cover) per throughput class.
+  struct Master {
+    LinearProgram program;
+    std::vector<std::vector<int>> x_columns;  // per type, one per config
+    // Per class: y (replica) or pattern columns (with those column generation adds).
+    std::vector<std::vector<int>> columns;
+    std::vector<int> slack;             // per class
+    std::vector<int> class_row;         // per class: its cover row (replica) or convexity row
+    std::vector<int> availability_row;  // per type: sum of its x columns (-1 without configs)
+    std::map<Slot, int> supply_row;
+    std::vector<std::vector<int>> option_rows;  // per class and option: its supply row
+    // GPUs of one price, whatever their model: the objective is a function of how many GPUs of
+    // each price are used, so branching is on these sums.
+    struct PriceGroup {
+      double cost = 0;
+      int gpus = 0;  // in the fleet
+      int row = -1;  // sum of the x columns of its types
+      std::vector<int> x_columns;
+      std::vector<size_t> types;
+    };
+    std::vector<PriceGroup> price_groups;
+  };
+  Master BuildMaster(const std::vector<std::vector<std::vector<int>>>& patterns) const;
+  // The whole program (every cover) with the GPUs of each price group within `lower`/`upper`,
+  // solved by CBC looking only for plans cheaper than `cutoff`: kInfeasible proves there is
+  // none. Fills `counts`/`gpus` when it finds a plan.
+  Solution SolveWholeAtCounts(const std::vector<Master::PriceGroup>& groups,
+                              const std::vector<int>& lower, const std::vector<int>& upper,
+                              double cutoff, double time_limit_s,
+                              std::vector<std::vector<int>>* counts,
+                              std::vector<std::vector<int>>* gpus) const;
+  // Column generation on the master's relaxation (Dantzig-Wolfe): adds to `patterns` every
+  // integer cover with a negative reduced cost until none is left or time runs out. Returns the
+  // best Lagrangian lower bound seen (the relaxation's value once no cover prices out), or
+  // -infinity when none could be proven.
+  double GeneratePatterns(std::vector<std::vector<std::vector<int>>>& patterns,
+                          double time_limit_s) const;
+  // The column-generation loop on a loaded master: re-solves and adds covers that price out
+  // until none does. Returns the node's Lagrangian bound (+infinity when the node is infeasible,
+  // -infinity when none was proven) and leaves the last relaxation in `last` (has_solution
+  // false when time ran out with columns pending).
+  double PriceOut(Master& master, internal::IncrementalLp& lp,
+                  std::vector<std::vector<std::vector<int>>>& patterns, double time_limit_s,
+                  Solution* last) const;
+  // Branch and price on the number of GPUs of each type (the objective depends on nothing
+  // else): best first, each node's relaxation priced out; a node whose GPU counts come out whole
+  // is closed by the restricted master with those counts fixed. Improves `counts`/`gpus` when
+  // it finds a cheaper plan than `incumbent`; returns the proven lower bound.
+  struct SearchStats {
+    int nodes = 0;
+    int leaves = 0;         // nodes whose GPU counts came out whole
+    bool complete = false;  // every node closed: the best plan is optimal
+    double seconds = 0;
+  };
+  double BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& patterns, double incumbent,
+                           double granularity, double time_limit_s,
+                           std::vector<std::vector<int>>* counts,
+                           std::vector<std::vector<int>>* gpus, SearchStats* stats) const;
   // The cheapest GPUs (configs per type) that hold exactly `counts`, solved as an integer program
   // with the instance counts fixed; nullopt when they do not fit or the solver runs out of time.
   std::optional<std::vector<std::vector<int>>> PackOptimal(
@@ -185,7 +253,8 @@ class Planner {
   bool ShiftShortfall(std::vector<std::vector<int>>& counts,
                       const std::map<Slot, int>& shortfall) const;
   double CostOf(const std::vector<std::vector<int>>& gpus) const;
-  // The program's objective (GPU cost plus penalties for what is left unplaced).
+  // The program's objective (GPU cost plus penalties for what is left unplaced); infinity when
+  // the GPUs' configs do not hold the instances.
   double Objective(const std::vector<std::vector<int>>& counts,
                    const std::vector<std::vector<int>>& gpus) const;
   std::vector<double> StartVector(const std::vector<std::vector<int>>& counts,
@@ -762,17 +831,21 @@ struct CoverSearch {
   std::vector<int> counts, best;
   double best_price = std::numeric_limits<double>::infinity();
   long nodes = 0;
+  static constexpr long kNodeLimit = 200000;
 
-  void Run() {
+  // Only covers cheaper than `limit` are sought (best stays empty when there is none).
+  void Run(double limit = std::numeric_limits<double>::infinity()) {
+    best_price = limit;
     counts.assign(price.size(), 0);
-    for (size_t o = 0; o < price.size(); ++o) order.push_back(o);
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return price[a] / capacity[a] < price[b] / capacity[b];
-    });
+    std::vector<std::pair<double, size_t>> by_ratio;
+    for (size_t o = 0; o < price.size(); ++o) by_ratio.emplace_back(price[o] / capacity[o], o);
+    std::sort(by_ratio.begin(), by_ratio.end());
+    for (const auto& [ratio, o] : by_ratio) order.push_back(o);
     Visit(0, 0, 0, 0);
   }
   void Visit(size_t index, double covered, int instances, double spent) {
-    if (++nodes > 200000) return;  // pathological: keep the best found (still a valid cover)
+    // Pathological: keep the best found (still a valid cover, but not proven the cheapest).
+    if (++nodes > kNodeLimit) return;
     if (covered + kEps >= demand && instances >= min_instances) {
       if (spent < best_price - 1e-12) {
         best_price = spent;
@@ -849,50 +922,75 @@ std::vector<std::vector<int>> Planner::PriceCovers(const Solution& lp, double* b
   return counts;
 }
 
-bool Planner::SolvePatterns(const std::vector<std::vector<std::vector<int>>>& patterns,
-                            double time_limit_s, double cutoff,
-                            std::vector<std::vector<int>>* counts,
-                            std::vector<std::vector<int>>* gpus) const {
-  LinearProgram master;
-  std::vector<std::vector<int>> x_columns(types_.size());
+Planner::Master Planner::BuildMaster(
+    const std::vector<std::vector<std::vector<int>>>& patterns) const {
+  Master master;
+  LinearProgram& program = master.program;
+  master.x_columns.resize(types_.size());
+  master.availability_row.assign(types_.size(), -1);
   std::map<Slot, std::vector<std::pair<int, double>>> supply;
   for (size_t t = 0; t < types_.size(); ++t) {
     const GpuType& type = types_[t];
     std::vector<std::pair<int, double>> availability;
     for (const Config& config : type.configs) {
       const int column =
-          master.AddColumn(type.cost, 0, static_cast<double>(type.gpus.size()), true);
-      x_columns[t].push_back(column);
+          program.AddColumn(type.cost, 0, static_cast<double>(type.gpus.size()), true);
+      master.x_columns[t].push_back(column);
       availability.emplace_back(column, 1.0);
       for (const auto& [profile, count] : config.counts) {
         supply[{type.model, profile}].emplace_back(column, -count);
       }
     }
     if (!availability.empty()) {
-      master.AddRow(std::move(availability), 0, static_cast<double>(type.gpus.size()));
+      master.availability_row[t] = program.rows();
+      program.AddRow(std::move(availability), 0, static_cast<double>(type.gpus.size()));
     }
   }
-  std::vector<std::vector<int>> columns(classes_.size());  // y (replica) or z (pattern) columns
-  std::vector<int> slack(classes_.size());
+  std::map<long long, size_t> group_of_cost;
+  for (size_t t = 0; t < types_.size(); ++t) {
+    if (master.x_columns[t].empty()) continue;
+    const long long key = std::llround(types_[t].cost * 1e4);
+    auto [it, inserted] = group_of_cost.emplace(key, master.price_groups.size());
+    if (inserted) master.price_groups.push_back({types_[t].cost, 0, -1, {}, {}});
+    Master::PriceGroup& group = master.price_groups[it->second];
+    group.types.push_back(t);
+    group.gpus += static_cast<int>(types_[t].gpus.size());
+    group.x_columns.insert(group.x_columns.end(), master.x_columns[t].begin(),
+                           master.x_columns[t].end());
+  }
+  for (Master::PriceGroup& group : master.price_groups) {
+    std::vector<std::pair<int, double>> terms;
+    for (int column : group.x_columns) terms.emplace_back(column, 1.0);
+    group.row = program.rows();
+    program.AddRow(std::move(terms), 0, group.gpus);
+  }
+  master.columns.resize(classes_.size());
+  master.slack.resize(classes_.size());
+  master.class_row.resize(classes_.size());
   for (size_t k = 0; k < classes_.size(); ++k) {
     const DemandClass& demand = classes_[k];
+    for (const SizedOption& option : demand.options) supply[{option.model, option.profile}];
     if (!demand.by_throughput) {
       std::vector<std::pair<int, double>> cover;
       for (const SizedOption& option : demand.options) {
-        const int column = master.AddColumn(0, 0, demand.demand, true);
-        columns[k].push_back(column);
+        const int column = program.AddColumn(0, 0, demand.demand, true);
+        master.columns[k].push_back(column);
         cover.emplace_back(column, 1.0);
         supply[{option.model, option.profile}].emplace_back(column, 1.0);
       }
-      slack[k] = master.AddColumn(penalty_, 0, demand.demand, true);
-      cover.emplace_back(slack[k], 1.0);
-      master.AddRow(std::move(cover), demand.demand, internal::kInfinity);
+      master.slack[k] = program.AddColumn(penalty_, 0, demand.demand, true);
+      cover.emplace_back(master.slack[k], 1.0);
+      master.class_row[k] = program.rows();
+      program.AddRow(std::move(cover), demand.demand, internal::kInfinity);
       continue;
     }
+    // Pattern columns have no upper bound of their own (the convexity row keeps them <= 1): a
+    // column at an upper bound could have a negative reduced cost, which would break the
+    // Lagrangian bound of column generation.
     std::vector<std::pair<int, double>> choose;
     for (const std::vector<int>& pattern : patterns[k]) {
-      const int column = master.AddColumn(0, 0, 1, true);
-      columns[k].push_back(column);
+      const int column = program.AddColumn(0, 0, internal::kInfinity, true);
+      master.columns[k].push_back(column);
       choose.emplace_back(column, 1.0);
       for (size_t o = 0; o < pattern.size(); ++o) {
         if (pattern[o] > 0) {
@@ -901,25 +999,343 @@ bool Planner::SolvePatterns(const std::vector<std::vector<std::vector<int>>>& pa
         }
       }
     }
-    slack[k] = master.AddColumn(penalty_, 0, 1, true);
-    choose.emplace_back(slack[k], 1.0);
-    master.AddRow(std::move(choose), 1, 1);
+    master.slack[k] = program.AddColumn(penalty_, 0, 1, true);
+    choose.emplace_back(master.slack[k], 1.0);
+    master.class_row[k] = program.rows();
+    program.AddRow(std::move(choose), 1, 1);
   }
-  for (auto& [slot, terms] : supply) master.AddRow(std::move(terms), -internal::kInfinity, 0);
-  const Solution solution = internal::SolveMip(master, time_limit_s, cutoff, 0.001);
+  for (auto& [slot, terms] : supply) {
+    master.supply_row[slot] = program.rows();
+    program.AddRow(std::move(terms), -internal::kInfinity, 0);
+  }
+  master.option_rows.resize(classes_.size());
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    for (const SizedOption& option : classes_[k].options) {
+      master.option_rows[k].push_back(master.supply_row.at({option.model, option.profile}));
+    }
+  }
+  return master;
+}
+
+double Planner::PriceOut(Master& master, internal::IncrementalLp& lp,
+                         std::vector<std::vector<std::vector<int>>>& patterns, double time_limit_s,
+                         Solution* last) const {
+  const auto started = std::chrono::steady_clock::now();
+  double bound = -internal::kInfinity;
+  *last = Solution{};
+  for (;;) {
+    const double left = time_limit_s - SecondsSince(started);
+    if (left <= 0) break;
+    Solution solution = lp.Solve(left);
+    if (!solution.has_solution) {
+      // An infeasible node: nothing below it (slacks keep the root feasible).
+      if (solution.status == Solution::Status::kInfeasible) bound = internal::kInfinity;
+      break;
+    }
+    double reduced_total = 0;
+    int added = 0;
+    bool complete = true;
+    for (size_t k = 0; k < classes_.size(); ++k) {
+      const DemandClass& demand = classes_[k];
+      if (!demand.by_throughput) continue;
+      // A cover prices out when it costs less than the class's convexity dual; the search
+      // looks for nothing else (prices are >= 0, so there is none when that dual is <= 0).
+      const double convexity = solution.duals[static_cast<size_t>(master.class_row[k])];
+      if (convexity <= 0) continue;
+      std::vector<double> price, capacity;
+      for (size_t o = 0; o < demand.options.size(); ++o) {
+        const int row = master.option_rows[k][o];
+        price.push_back(std::max(0.0, -solution.duals[static_cast<size_t>(row)]));
+        capacity.push_back(demand.options[o].capacity);
+      }
+      // Quick test first: the whole demand at the best price per capacity.
+      double best_ratio = std::numeric_limits<double>::infinity();
+      for (size_t o = 0; o < price.size(); ++o) {
+        best_ratio = std::min(best_ratio, price[o] / capacity[o]);
+      }
+      if (best_ratio * demand.demand >= convexity - 1e-12) {
+        reduced_total -= 1e-12;
+        continue;
+      }
+      CoverSearch search{price, capacity, demand.demand, demand.min_instances, {}, {}, {}};
+      search.Run(convexity);
+      complete &= search.nodes <= CoverSearch::kNodeLimit;
+      if (search.best.empty()) {
+        reduced_total -= 1e-12;  // nothing cheaper than the dual, to the search's tolerance
+        continue;
+      }
+      const double reduced = search.best_price - convexity;
+      reduced_total += reduced;
+      // (A cover already in the master only looks negative through the LP's tolerances.)
+      if (reduced < -1e-7 * std::max(1.0, std::abs(convexity)) &&
+          std::find(patterns[k].begin(), patterns[k].end(), search.best) == patterns[k].end()) {
+        std::vector<std::pair<int, double>> terms{{master.class_row[k], 1.0}};
+        for (size_t o = 0; o < search.best.size(); ++o) {
+          if (search.best[o] > 0) terms.emplace_back(master.option_rows[k][o], search.best[o]);
+        }
+        master.columns[k].push_back(lp.AddColumn(0, 0, internal::kInfinity, terms));
+        patterns[k].push_back(search.best);
+        ++added;
+      }
+    }
+    // Lagrangian bound: the master's value plus each class's most negative reduced cost (each
+    // class takes exactly one pattern). Valid at every round, whatever the columns so far.
+    if (complete) bound = std::max(bound, solution.objective + reduced_total);
+    *last = std::move(solution);
+    if (added == 0) break;
+    last->has_solution = false;  // its columns are out of date
+  }
+  return bound;
+}
+
+double Planner::GeneratePatterns(std::vector<std::vector<std::vector<int>>>& patterns,
+                                 double time_limit_s) const {
+  Master master = BuildMaster(patterns);
+  internal::IncrementalLp lp(master.program);
+  Solution last;
+  return PriceOut(master, lp, patterns, time_limit_s, &last);
+}
+
+double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& patterns,
+                                  double incumbent, double granularity, double time_limit_s,
+                                  std::vector<std::vector<int>>* counts,
+                                  std::vector<std::vector<int>>* gpus, SearchStats* stats) const {
+  const auto started = std::chrono::steady_clock::now();
+  Master master = BuildMaster(patterns);
+  internal::IncrementalLp lp(master.program);
+  // The cheapest plan cost a relaxation value allows: plan costs are multiples of the
+  // granularity. A hair is taken off first, for the LP's tolerances.
+  auto plan_floor = [&](double value) {
+    if (std::abs(value) >= internal::kInfinity / 2) return value;
+    const double safe = value - 1e-7 * std::max(1.0, std::abs(value));
+    return granularity > 0 ? std::ceil(safe / granularity) * granularity : safe;
+  };
+  // Half a granule: plans closer than that cost the same. (The incumbent is infinite when the
+  // plan it starts from does not fit its GPUs.)
+  auto step = [&] {
+    return granularity > 0 ? 0.5 * granularity
+                           : 1e-7 * std::max(1.0, std::isfinite(incumbent) ? incumbent : 1.0);
+  };
+  auto improves = [&](double bound) { return bound < incumbent - step(); };
+  // Reduced-cost fixing: with the root's prices, a plan that uses a column costs at least the
+  // root's bound plus the column's reduced cost; columns for which that is no cheaper than the
+  // best plan are fixed at zero for the rest of the search (fewer columns, faster relaxations).
+  double root_bound = -internal::kInfinity;
+  std::vector<double> root_reduced;
+  auto fix_columns = [&] {
+    if (!std::isfinite(incumbent) || !(root_bound > -internal::kInfinity / 2)) return;
+    const double margin = 1e-7 * std::max(1.0, std::abs(root_bound));
+    for (size_t j = 0; j < root_reduced.size(); ++j) {
+      if (root_bound + root_reduced[j] - margin >= incumbent - step()) {
+        lp.FixAtZero(static_cast<int>(j));
+      }
+    }
+  };
+
+  const std::vector<Master::PriceGroup>& groups = master.price_groups;
+  struct Node {
+    double bound;
+    std::vector<int> lower, upper;  // GPUs of each price group
+    bool leaf = false;              // whole GPU counts: solve for an integer plan
+    // Leaves: per throughput class, the patterns its relaxation used.
+    std::vector<std::vector<std::vector<int>>> used_patterns = {};
+  };
+  auto later = [](const Node& a, const Node& b) { return a.bound > b.bound; };
+  std::priority_queue<Node, std::vector<Node>, decltype(later)> open(later);
+  Node root{-internal::kInfinity, std::vector<int>(groups.size(), 0), {}};
+  for (const Master::PriceGroup& group : groups) root.upper.push_back(group.gpus);
+  open.push(std::move(root));
+  double unresolved = internal::kInfinity;  // lowest bound of nodes no integer plan closed
+  // Best first, except that one child of each branching is solved right away (a plunge: its
+  // relaxation starts from its parent's basis, a bound change away).
+  std::optional<Node> plunge;
+  double near_root = -internal::kInfinity;
+  for (;;) {
+    if (plunge && !improves(plunge->bound)) plunge.reset();
+    if (!plunge && (open.empty() || !improves(open.top().bound))) break;
+    const double left = time_limit_s - SecondsSince(started);
+    if (left <= 0) {
+      if (plunge) open.push(*std::move(plunge));
+      break;
+    }
+    Node node;
+    if (plunge) {
+      node = *std::move(plunge);
+      plunge.reset();
+    } else {
+      node = open.top();
+      open.pop();
+    }
+    if (node.leaf) {
+      // Whole GPU counts per price fix the cost; an integer plan with these counts closes the
+      // node.
+      std::vector<std::vector<int>> node_counts, node_gpus;
+      ++stats->leaves;
+      auto take = [&](std::vector<std::vector<int>>& c, std::vector<std::vector<int>>& g) {
+        const double objective = Objective(c, g);
+        if (objective < incumbent - step()) {
+          incumbent = objective;
+          *counts = std::move(c);
+          *gpus = std::move(g);
+          fix_columns();
+        }
+        return objective;
+      };
+      // First the patterns the relaxation used, then all at hand (quick, and usually enough).
+      if (SolvePatterns(node.used_patterns, std::max(0.05, left), incumbent - step(), &node_counts,
+                        &node_gpus, &node.lower, &node.upper,
+                        /*preprocess=*/false) &&
+          take(node_counts, node_gpus) <= node.bound + step()) {
+        continue;
+      }
+      if (SolvePatterns(patterns, std::max(0.05, time_limit_s - SecondsSince(started)),
+                        incumbent - step(), &node_counts, &node_gpus, &node.lower, &node.upper) &&
+          take(node_counts, node_gpus) <= node.bound + step()) {
+        continue;
+      }
+      // Then the whole program with these GPU counts: every cover, not only the patterns. Its
+      // answer closes the node either way (a plan, or none cheaper than the incumbent).
+      const Solution whole = SolveWholeAtCounts(
+          groups, node.lower, node.upper, incumbent - step(),
+          std::max(0.05, time_limit_s - SecondsSince(started)), &node_counts, &node_gpus);
+      if (whole.has_solution) take(node_counts, node_gpus);
+      if (whole.status == Solution::Status::kOptimal ||
+          whole.status == Solution::Status::kInfeasible) {
+        continue;
+      }
+      unresolved = std::min(unresolved, node.bound);
+      continue;
+    }
+    ++stats->nodes;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      lp.SetRowBounds(groups[g].row, node.lower[g], node.upper[g]);
+    }
+    Solution relaxed;
+    const double priced = PriceOut(master, lp, patterns, left, &relaxed);
+    const double bound = std::max(node.bound, plan_floor(priced));
+    if (!relaxed.has_solution && bound < internal::kInfinity / 2) {
+      open.push(Node{bound, std::move(node.lower), std::move(node.upper)});
+      break;  // out of time
+    }
+    if (stats->nodes == 1) {
+      near_root = bound + 0.005 * std::abs(bound);
+      root_bound = priced;
+      root_reduced = lp.ReducedCosts();
+      fix_columns();
+    }
+    if (!improves(bound)) continue;
+    // Branch on the price group whose GPU count is the most fractional, weighted by its price.
+    int branch = -1;
+    double branch_score = 0;
+    std::vector<double> used(groups.size(), 0);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (int column : groups[g].x_columns) used[g] += relaxed.values[static_cast<size_t>(column)];
+      const double fraction = used[g] - std::floor(used[g]);
+      const double score = groups[g].cost * std::min(fraction, 1 - fraction);
+      if (std::min(fraction, 1 - fraction) > 1e-6 && score > branch_score) {
+        branch = static_cast<int>(g);
+        branch_score = score;
+      }
+    }
+    if (branch < 0) {
+      // (GPUs that cost nothing, kept ones when re-planning, stay free within the node.)
+      Node leaf{bound, node.lower, node.upper, true,
+                std::vector<std::vector<std::vector<int>>>(classes_.size())};
+      for (size_t g = 0; g < groups.size(); ++g) {
+        if (groups[g].cost > 0) {
+          leaf.lower[g] = leaf.upper[g] = static_cast<int>(std::llround(used[g]));
+        }
+      }
+      for (size_t k = 0; k < classes_.size(); ++k) {
+        if (!classes_[k].by_throughput) continue;
+        for (size_t j = 0; j < master.columns[k].size(); ++j) {
+          if (relaxed.values[static_cast<size_t>(master.columns[k][j])] > 1e-9) {
+            leaf.used_patterns[k].push_back(patterns[k][j]);
+          }
+        }
+      }
+      // A leaf close to the root's bound is solved at once (a good plan early prunes the most);
+      // the others wait in the queue until they are the best node.
+      if (bound <= near_root) {
+        plunge = std::move(leaf);
+      } else {
+        open.push(std::move(leaf));
+      }
+      continue;
+    }
+    const size_t b = static_cast<size_t>(branch);
+    Node down{bound, node.lower, node.upper};
+    down.upper[b] = static_cast<int>(std::floor(used[b]));
+    Node up{bound, std::move(node.lower), std::move(node.upper)};
+    up.lower[b] = static_cast<int>(std::floor(used[b])) + 1;
+    const bool down_first = used[b] - std::floor(used[b]) < 0.5;
+    open.push(down_first ? std::move(up) : std::move(down));
+    plunge = down_first ? std::move(down) : std::move(up);
+  }
+  double bound = std::min(incumbent, unresolved);
+  if (!open.empty()) bound = std::min(bound, open.top().bound);
+  if (!std::isfinite(bound)) bound = -internal::kInfinity;  // no plan found: no claim
+  stats->complete = bound >= incumbent - step();
+  stats->seconds = SecondsSince(started);
+  return bound;
+}
+
+Solution Planner::SolveWholeAtCounts(const std::vector<Master::PriceGroup>& groups,
+                                     const std::vector<int>& lower, const std::vector<int>& upper,
+                                     double cutoff, double time_limit_s,
+                                     std::vector<std::vector<int>>* counts,
+                                     std::vector<std::vector<int>>* gpus) const {
+  LinearProgram program = program_;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::vector<std::pair<int, double>> terms;
+    for (size_t t : groups[g].types) {
+      for (int column : types_[t].x_columns) terms.emplace_back(column, 1.0);
+    }
+    program.AddRow(std::move(terms), lower[g], upper[g]);
+  }
+  Solution solution = internal::SolveMip(program, time_limit_s, cutoff);
+  if (!solution.has_solution) return solution;
+  auto value = [&](int column) {
+    return static_cast<int>(std::llround(solution.values[static_cast<size_t>(column)]));
+  };
+  gpus->assign(types_.size(), {});
+  for (size_t t = 0; t < types_.size(); ++t) {
+    for (int column : types_[t].x_columns) (*gpus)[t].push_back(value(column));
+  }
+  counts->assign(classes_.size(), {});
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    for (int column : classes_[k].y_columns) (*counts)[k].push_back(value(column));
+  }
+  return solution;
+}
+
+bool Planner::SolvePatterns(const std::vector<std::vector<std::vector<int>>>& patterns,
+                            double time_limit_s, double cutoff,
+                            std::vector<std::vector<int>>* counts,
+                            std::vector<std::vector<int>>* gpus,
+                            const std::vector<int>* group_lower,
+                            const std::vector<int>* group_upper, bool preprocess) const {
+  Master master = BuildMaster(patterns);
+  for (size_t g = 0; g < master.price_groups.size(); ++g) {
+    const size_t row = static_cast<size_t>(master.price_groups[g].row);
+    if (group_lower != nullptr) master.program.row_lower_[row] = (*group_lower)[g];
+    if (group_upper != nullptr) master.program.row_upper_[row] = (*group_upper)[g];
+  }
+  const Solution solution =
+      internal::SolveMip(master.program, time_limit_s, cutoff, 0.001, preprocess);
   if (!solution.has_solution) return false;
   auto value = [&](int column) {
     return static_cast<int>(std::llround(solution.values[static_cast<size_t>(column)]));
   };
   gpus->assign(types_.size(), {});
   for (size_t t = 0; t < types_.size(); ++t) {
-    for (int column : x_columns[t]) (*gpus)[t].push_back(value(column));
+    for (int column : master.x_columns[t]) (*gpus)[t].push_back(value(column));
   }
   counts->assign(classes_.size(), {});
   for (size_t k = 0; k < classes_.size(); ++k) {
     (*counts)[k].assign(classes_[k].options.size(), 0);
-    for (size_t i = 0; i < columns[k].size(); ++i) {
-      const int v = value(columns[k][i]);
+    for (size_t i = 0; i < master.columns[k].size(); ++i) {
+      const int v = value(master.columns[k][i]);
       if (!classes_[k].by_throughput) {
         (*counts)[k][i] = v;
       } else if (v == 1) {
@@ -1029,6 +1445,23 @@ double Planner::CostOf(const std::vector<std::vector<int>>& gpus) const {
 
 double Planner::Objective(const std::vector<std::vector<int>>& counts,
                           const std::vector<std::vector<int>>& gpus) const {
+  // Instances the GPUs cannot hold make it no plan at all.
+  std::map<Slot, int> room;
+  for (size_t t = 0; t < types_.size(); ++t) {
+    for (size_t i = 0; i < types_[t].configs.size(); ++i) {
+      for (const auto& [profile, count] : types_[t].configs[i].counts) {
+        room[{types_[t].model, profile}] += count * gpus[t][i];
+      }
+    }
+  }
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    for (size_t o = 0; o < classes_[k].options.size(); ++o) {
+      const SizedOption& option = classes_[k].options[o];
+      if ((room[{option.model, option.profile}] -= counts[k][o]) < 0) {
+        return std::numeric_limits<double>::infinity();
+      }
+    }
+  }
   const std::vector<double> values = StartVector(counts, gpus);
   double objective = 0;
   for (size_t c = 0; c < values.size(); ++c) objective += values[c] * program_.cost_[c];
@@ -1423,42 +1856,29 @@ absl::StatusOr<PlanResult> Planner::Run() {
     gpus = PackGpus(counts, &lp.values, &shortfall);
   }
   // Improve by choosing among a few integer covers per throughput workload at once.
-  {
-    std::vector<std::vector<std::vector<int>>> patterns(classes_.size());
-    for (size_t k = 0; k < classes_.size(); ++k) {
-      const DemandClass& demand = classes_[k];
-      if (!demand.by_throughput) continue;
-      auto add = [&](std::vector<int> pattern) {
-        if (pattern.empty() || std::accumulate(pattern.begin(), pattern.end(), 0) == 0) return;
-        if (std::find(patterns[k].begin(), patterns[k].end(), pattern) == patterns[k].end()) {
-          patterns[k].push_back(std::move(pattern));
-        }
-      };
-      add(counts[k]);
-      add(priced[k]);
-      std::map<const hw::GpuModel*, std::vector<size_t>> by_model;
-      for (size_t o = 0; o < demand.options.size(); ++o) {
-        by_model[demand.options[o].model].push_back(o);
+  std::vector<std::vector<std::vector<int>>> patterns(classes_.size());
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    const DemandClass& demand = classes_[k];
+    if (!demand.by_throughput) continue;
+    auto add = [&](std::vector<int> pattern) {
+      if (pattern.empty() || std::accumulate(pattern.begin(), pattern.end(), 0) == 0) return;
+      if (std::find(patterns[k].begin(), patterns[k].end(), pattern) == patterns[k].end()) {
+        patterns[k].push_back(std::move(pattern));
       }
-      for (const auto& [model, candidates] : by_model) add(CheapestCover(demand, candidates));
+    };
+    add(counts[k]);
+    add(priced[k]);
+    std::map<const hw::GpuModel*, std::vector<size_t>> by_model;
+    for (size_t o = 0; o < demand.options.size(); ++o) {
+      by_model[demand.options[o].model].push_back(o);
     }
-    std::vector<std::vector<int>> better_counts, better_gpus;
-    // The same few seconds in every mode, so that exact mode starts from the fast plan.
-    const double remaining = options_.time_limit_s - SecondsSince(started);
-    const double budget = std::max(0.2, std::min(3.0, 0.5 * remaining));
-    if (SolvePatterns(patterns, budget, Objective(counts, gpus) - kEps, &better_counts,
-                      &better_gpus)) {
-      ReduceSurplus(better_counts);
-      if (Objective(better_counts, better_gpus) < Objective(counts, gpus) - kEps) {
-        counts = std::move(better_counts);
-        gpus = std::move(better_gpus);
-      }
-    } else if (auto packed = PackOptimal(counts, std::max(0.2, 0.25 * options_.time_limit_s));
-               packed && CostOf(*packed) < CostOf(gpus) - kEps) {
-      gpus = *std::move(packed);  // at least pack the rounded counts as well as possible
-    }
+    for (const auto& [model, candidates] : by_model) add(CheapestCover(demand, candidates));
   }
-  double bound = std::max(lp.objective, lagrangian);
+  // Column generation: the covers that the relaxation's prices favour join the patterns, and
+  // the relaxation over all integer covers bounds every plan (Dantzig-Wolfe).
+  const double generated = GeneratePatterns(
+      patterns, std::max(0.1, 0.25 * (options_.time_limit_s - SecondsSince(started))));
+  double bound = std::max({lp.objective, lagrangian, generated});
   result_.solver = "lp-rounding";
 
   // Every GPU of the fleet costs the same: bounds are GPU counts.
@@ -1467,55 +1887,65 @@ absl::StatusOr<PlanResult> Planner::Run() {
   for (const PlannedGpu& gpu : result_.gpus) {
     homogeneous_cost &= std::abs(gpu.cost_per_hour - unit_cost) < kEps;
   }
-
   // Objective values are multiples of this: bounds round up to it, and a better plan is at least
   // this much cheaper.
   std::vector<double> costs;
   for (const PlannedGpu& gpu : result_.gpus) costs.push_back(gpu.cost_per_hour);
   const double granularity = CostGranularity(costs);
+  auto proven = [&](const std::vector<std::vector<int>>& c,
+                    const std::vector<std::vector<int>>& g) {
+    const double granular_bound =
+        granularity > 0 ? std::ceil(bound / granularity - 1e-6) * granularity : bound;
+    return Objective(c, g) <= granular_bound + kEps;
+  };
 
-  // CBC runs when the fast plan is not already proven optimal by the bound: in exact mode until
-  // the time limit, in auto mode (fleets up to 2,000 GPUs) for a few seconds at most.
-  const double fast_objective = Objective(counts, gpus);
-  const double granular_bound =
-      granularity > 0 ? std::ceil(bound / granularity - 1e-6) * granularity : bound;
-  const bool proven_fast = fast_objective <= granular_bound + kEps;
-  const bool exact = !proven_fast && program_.columns() > 0 &&
-                     (options_.mode == SolveMode::kExact ||
-                      (options_.mode == SolveMode::kAuto && result_.gpus.size() <= 2000));
-  if (exact) {
-    // Only plans cheaper than the fast one are sought; "none exists" proves it optimal. CBC
-    // overruns its limit a little, so it gets a margin.
-    double remaining = 0.9 * (options_.time_limit_s - SecondsSince(started)) - 0.2;
-    if (options_.mode == SolveMode::kAuto) remaining = std::min(remaining, 3.0);
-    const double step =
-        granularity > 0 ? granularity * (1 - 1e-3) : 1e-6 * std::max(1.0, fast_objective);
-    const Solution mip =
-        internal::SolveMip(program_, std::max(remaining, 0.05), fast_objective - step);
-    if (mip.has_solution) {
-      std::vector<std::vector<int>> mip_counts(classes_.size());
-      for (size_t k = 0; k < classes_.size(); ++k) {
-        for (int column : classes_[k].y_columns) {
-          mip_counts[k].push_back(
-              static_cast<int>(std::llround(mip.values[static_cast<size_t>(column)])));
-        }
+  // Fast (and auto): the restricted master picks one pattern per throughput workload, for a
+  // few seconds at most.
+  auto improve_with_patterns = [&](double budget) {
+    std::vector<std::vector<int>> better_counts, better_gpus;
+    if (SolvePatterns(patterns, budget, Objective(counts, gpus) - kEps, &better_counts,
+                      &better_gpus)) {
+      ReduceSurplus(better_counts);
+      if (Objective(better_counts, better_gpus) < Objective(counts, gpus) - kEps) {
+        counts = std::move(better_counts);
+        gpus = std::move(better_gpus);
       }
-      // The MIP's slack says which classes it left unplaced; keep its integer choice.
-      std::vector<double> rounded(mip.values.size());
-      for (size_t c = 0; c < rounded.size(); ++c) rounded[c] = std::round(mip.values[c]);
-      ReduceSurplus(mip_counts);
-      std::vector<std::vector<int>> mip_gpus = PackGpus(mip_counts, &rounded);
-      if (CostOf(mip_gpus) <= CostOf(gpus) + kEps) {
-        counts = std::move(mip_counts);
-        gpus = std::move(mip_gpus);
-      }
+    } else if (auto packed = PackOptimal(counts, std::max(0.2, 0.25 * budget));
+               packed && CostOf(*packed) < CostOf(gpus) - kEps) {
+      gpus = *std::move(packed);  // at least pack the rounded counts as well as possible
     }
-    bound = std::max(bound, std::min(mip.bound, fast_objective));
-    result_.solver = "cbc";
-    if (mip.status == Solution::Status::kStopped) {
-      result_.notes.push_back(
-          absl::StrFormat("CBC stopped at the time limit (%.1f s) before proving optimality",
-                          options_.time_limit_s));
+  };
+  if (options_.mode != SolveMode::kExact && !proven(counts, gpus)) {
+    const double remaining = options_.time_limit_s - SecondsSince(started);
+    improve_with_patterns(std::max(0.2, std::min(3.0, 0.5 * remaining)));
+  }
+
+  // Exact (and auto on fleets up to 2,000 GPUs): branch and price on the number of GPUs of each
+  // price, until every node is closed (the plan is optimal) or the time limit.
+  const bool search = !proven(counts, gpus) && program_.columns() > 0 &&
+                      (options_.mode == SolveMode::kExact ||
+                       (options_.mode == SolveMode::kAuto && result_.gpus.size() <= 2000));
+  std::optional<SearchStats> closed_search;
+  if (search) {
+    // The solvers overrun their limits a little, so the search gets a margin; in exact mode it
+    // leaves a tenth of the time for improving the plan if it cannot finish.
+    double budget = 0.9 * (options_.time_limit_s - SecondsSince(started)) - 0.2;
+    if (options_.mode == SolveMode::kAuto) budget = std::min(budget, 3.0);
+    SearchStats stats;
+    const double searched = BranchOnGpuCounts(patterns, Objective(counts, gpus), granularity,
+                                              std::max(budget, 0.05), &counts, &gpus, &stats);
+    ReduceSurplus(counts);
+    bound = std::max(bound, searched);
+    result_.solver = "branch-and-price";
+    if (stats.complete) {
+      closed_search = stats;  // the note is written once the plan is placed
+    } else {
+      result_.notes.push_back(absl::StrFormat(
+          "branch and price stopped at the time limit (%.1f s) after %d nodes, before proving "
+          "optimality",
+          options_.time_limit_s, stats.nodes));
+      const double remaining = options_.time_limit_s - SecondsSince(started) - 0.1;
+      if (options_.mode == SolveMode::kExact && remaining > 0.1) improve_with_patterns(remaining);
     }
   }
   Materialise(counts, gpus);
@@ -1553,6 +1983,20 @@ absl::StatusOr<PlanResult> Planner::Run() {
   }
   result_.proven_optimal =
       !short_of_room_ && result_.cost_per_hour <= result_.lower_bound_cost + kEps;
+  if (closed_search && result_.proven_optimal) {
+    result_.notes.push_back(
+        absl::StrFormat("branch and price closed %d nodes in %.2f s: no cheaper plan exists",
+                        closed_search->nodes, closed_search->seconds));
+  } else if (closed_search) {
+    // The integer program does not see spreading (replicas on different GPUs) nor what the
+    // completion adds; its optimum is still the bound.
+    result_.notes.push_back(absl::StrFormat(
+        "branch and price closed %d nodes in %.2f s: no plan of the integer program costs less "
+        "than %.2f/h; placing it on the GPUs (replicas spread over GPUs, instances completed) took "
+        "%.2f/h more",
+        closed_search->nodes, closed_search->seconds, result_.lower_bound_cost,
+        result_.cost_per_hour - result_.lower_bound_cost));
+  }
   result_.solve_seconds = SecondsSince(started);
   return std::move(result_);
 }
@@ -1565,7 +2009,28 @@ absl::StatusOr<PlanResult> Plan(const WorkloadSet& workloads, const Fleet& fleet
   return planner.Run();
 }
 
+absl::StatusOr<std::optional<double>> Planner::SolveWholeProgram(double time_limit_s) {
+  if (absl::Status status = BuildFleet(); !status.ok()) return status;
+  BuildClasses();
+  BuildProgram();
+  if (program_.columns() == 0) return std::optional<double>(0.0);
+  const Solution mip = internal::SolveMip(program_, time_limit_s);
+  if (mip.status != Solution::Status::kOptimal || mip.objective >= penalty_ - kEps) {
+    return std::optional<double>();
+  }
+  return std::optional<double>(mip.objective);
+}
+
 namespace internal {
+
+absl::StatusOr<std::optional<double>> WholeProgramOptimum(const WorkloadSet& workloads,
+                                                          const Fleet& fleet,
+                                                          const hw::Catalog& catalog,
+                                                          double time_limit_s) {
+  const PlanOptions options;
+  Planner planner(workloads, fleet, catalog, options);
+  return planner.SolveWholeProgram(time_limit_s);
+}
 
 absl::StatusOr<PlanResult> PlanKeeping(const WorkloadSet& workloads, const Fleet& fleet,
                                        const hw::Catalog& catalog, const PlanOptions& options,

@@ -37,13 +37,46 @@ struct Solution {
   double seconds = 0;
 };
 
+// An LP kept loaded in CLP so that columns can be added and the program re-solved from the last
+// basis (column generation). Rows are fixed at construction.
+class IncrementalLp {
+ public:
+  explicit IncrementalLp(const LinearProgram& program);
+  ~IncrementalLp();
+  IncrementalLp(const IncrementalLp&) = delete;
+  IncrementalLp& operator=(const IncrementalLp&) = delete;
+
+  // Adds a column (continuous); returns its index.
+  int AddColumn(double cost, double lower, double upper,
+                const std::vector<std::pair<int, double>>& terms);
+  // Changes a row's bounds (for branching); the next Solve starts from the current basis.
+  void SetRowBounds(int row, double lower, double upper);
+  // Fixes a column at zero (reduced-cost fixing); the next Solve starts from the current basis.
+  void FixAtZero(int column);
+  // The reduced costs of the last solve, one per column.
+  std::vector<double> ReducedCosts() const;
+  // Re-solves from the current basis (dual simplex after bound changes, primal after new
+  // columns; the first call solves from scratch).
+  Solution Solve(double time_limit_s);
+  int columns() const { return columns_; }
+
+ private:
+  void* model_ = nullptr;  // ClpSimplex
+  int columns_ = 0;
+  int rows_ = 0;
+  bool solved_ = false;
+  bool bounds_changed_ = false;
+  bool columns_added_ = false;
+};
+
 // The LP relaxation (integrality ignored).
 Solution SolveLp(const LinearProgram& program, double time_limit_s);
 // The integer program. With a finite `cutoff` only solutions with a smaller objective are sought:
 // kInfeasible then proves that none exists (bound = cutoff), so a known solution of value
 // `cutoff` is optimal.
 // `relative_gap` > 0 stops as soon as the best plan is within that fraction of CBC's bound.
+// `preprocess` false skips CBC's preprocessing (faster on small feasibility problems).
 Solution SolveMip(const LinearProgram& program, double time_limit_s, double cutoff = kInfinity,
-                  double relative_gap = 0);
+                  double relative_gap = 0, bool preprocess = true);
 
 }  // namespace gpuslice::plan::internal

@@ -1,16 +1,20 @@
 // Property tests (rapidcheck) of the planner on random fleets and workloads: every plan passes the
 // independent check and never costs less than a proven lower bound (its own or the other mode's),
-// and re-planning an unchanged demand from a plan's own assignment stops nothing.
+// exact mode's bound and proofs agree with CBC solving the whole program alone, and re-planning
+// an unchanged demand from a plan's own assignment stops nothing.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include <cmath>
+#include <optional>
 #include <set>
 
 #include "gpuslice/hw/catalog.h"
 #include "gpuslice/plan/plan.h"
 #include "gpuslice/plan/replan.h"
 #include "gpuslice/plan/report.h"
+#include "planner.h"
 
 namespace gpuslice::plan {
 namespace {
@@ -55,9 +59,13 @@ struct Case {
   Fleet fleet;
 };
 
-Case RandomCase() {
+// Prices per GPU-hour like a cloud's list (cents apart), or all the same, or in half dollars.
+enum class Prices { kUniform, kHalves, kList };
+
+Case RandomCase(Prices prices = Int(0, 1) == 1 ? Prices::kUniform : Prices::kHalves,
+                int most_per_group = 4) {
   Case c;
-  const bool uniform_cost = Int(0, 1) == 1;
+  static const std::vector<double> list = {0.80, 0.89, 1.79, 2.99, 3.79, 5.99};
   const int nodes = Int(1, 3);
   for (int n = 0; n < nodes; ++n) {
     Node node;
@@ -66,8 +74,12 @@ Case RandomCase() {
     for (int g = 0; g < groups; ++g) {
       GpuGroup group;
       group.model = Models()[static_cast<size_t>(Int(0, static_cast<int>(Models().size()) - 1))];
-      group.count = Int(1, 4);
-      group.cost_per_hour = uniform_cost ? 1.0 : 0.5 * Int(1, 8);
+      group.count = Int(1, most_per_group);
+      group.cost_per_hour =
+          prices == Prices::kUniform ? 1.0
+          : prices == Prices::kHalves
+              ? 0.5 * Int(1, 8)
+              : list[static_cast<size_t>(Int(0, static_cast<int>(list.size()) - 1))];
       group.mig_allowed = Int(0, 4) != 0;
       group.origin = "fleet.yaml:1";
       node.gpus.push_back(group);
@@ -143,6 +155,36 @@ RC_GTEST_PROP(PlanProperty, PlansAreFeasibleBoundedAndExactIsNoWorse, ()) {
     RC_ASSERT(exact->cost_per_hour + 1e-6 >= fast->lower_bound_cost);
     if (exact->proven_optimal) RC_ASSERT(exact->cost_per_hour <= fast->cost_per_hour + 1e-6);
   }
+}
+
+// Exact mode's lower bound (column generation, then branch and price on GPU counts per price) is
+// never above the optimum CBC proves on the whole program, and a plan it calls optimal costs
+// exactly that optimum. List prices make many plans cost nearly the same, which is where the
+// branching has work to do.
+RC_GTEST_PROP(PlanProperty, ExactModeAgreesWithTheWholeProgramOptimum, ()) {
+  const Case c = RandomCase(Int(0, 2) == 0 ? Prices::kHalves : Prices::kList, 8);
+  PlanOptions options;
+  options.mode = SolveMode::kExact;
+  options.time_limit_s = 10;
+  const absl::StatusOr<PlanResult> exact =
+      Plan(c.workloads, c.fleet, hw::Catalog::Builtin(), options);
+  RC_ASSERT(exact.ok());
+  RC_ASSERT(CheckPlan(*exact, c.workloads, c.fleet).empty());
+  const absl::StatusOr<std::optional<double>> optimum = internal::WholeProgramOptimum(
+      c.workloads, c.fleet, hw::Catalog::Builtin(), /*time_limit_s=*/30);
+  RC_ASSERT(optimum.ok());
+  RC_CLASSIFY(optimum->has_value(), "CBC proved the optimum");
+  RC_CLASSIFY(exact->proven_optimal, "exact mode proved its plan optimal");
+  RC_CLASSIFY(exact->solver == "branch-and-price", "branch and price ran");
+  if (!optimum->has_value() || !AllPlaceable(*exact)) return;
+  RC_LOG() << "plan " << exact->cost_per_hour << " bound " << exact->lower_bound_cost << " optimum "
+           << **optimum << " solver " << exact->solver << "\n";
+  RC_ASSERT(exact->lower_bound_cost <= **optimum + 1e-6);
+  RC_ASSERT(exact->cost_per_hour + 1e-6 >= **optimum);
+  for (const std::string& note : exact->notes) RC_LOG() << note << "\n";
+  // Small cases: the search closes every node long before its time limit.
+  RC_ASSERT(exact->proven_optimal);
+  RC_ASSERT(std::abs(exact->cost_per_hour - **optimum) < 1e-6);
 }
 
 RC_GTEST_PROP(PlanProperty, ReplanningAnUnchangedDemandStopsNothing, ()) {

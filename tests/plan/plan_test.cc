@@ -5,10 +5,12 @@
 
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "gpuslice/geometry/shape.h"
 #include "gpuslice/hw/catalog.h"
+#include "planner.h"
 
 namespace gpuslice::plan {
 namespace {
@@ -133,6 +135,32 @@ TEST(Plan, HeterogeneousFleetPrefersTheCheaperCard) {
       EXPECT_EQ(gpu.model->id, "A100-80GB");
     }
   }
+}
+
+// List prices a few cents apart on four models, with the cheap cards too few: the fast plan's
+// bound does not prove it, so exact mode branches on GPU counts per price, and its plan costs
+// exactly what CBC proves optimal for the whole program.
+TEST(Plan, ListPricesAreProvenOptimalByBranchAndPrice) {
+  WorkloadSet set;
+  const double peaks[] = {7.0, 18.0, 35.0, 9.0, 60.0, 14.0, 22.0, 40.0, 5.0, 70.0};
+  for (int w = 0; w < 10; ++w) {
+    set.workloads.push_back(Replicas("svc" + std::to_string(w), 1 + w % 3, peaks[w]));
+  }
+  Fleet fleet = OneNode("A100-80GB", 3, 1.79);
+  fleet.nodes[0].gpus.push_back(GpuGroup{"H100-80GB", 6, 2.99, true, "fleet.yaml:5"});
+  fleet.nodes[0].gpus.push_back(GpuGroup{"H200-141GB", 4, 3.79, true, "fleet.yaml:6"});
+  fleet.nodes[0].gpus.push_back(GpuGroup{"A30-24GB", 2, 0.89, true, "fleet.yaml:7"});
+  fleet.nodes[0].gpus.push_back(GpuGroup{"L4", 3, 0.80, false, "fleet.yaml:8"});
+  const PlanResult plan = MustPlan(set, fleet, SolveMode::kExact);
+  EXPECT_THAT(plan.unplaced, IsEmpty());
+  EXPECT_EQ(plan.solver, "branch-and-price");
+  EXPECT_TRUE(plan.proven_optimal);
+  EXPECT_NEAR(plan.cost_per_hour, plan.lower_bound_cost, 1e-9);
+  const absl::StatusOr<std::optional<double>> optimum =
+      internal::WholeProgramOptimum(set, fleet, Catalog(), 60);
+  ASSERT_TRUE(optimum.ok()) << optimum.status();
+  ASSERT_TRUE(optimum->has_value());
+  EXPECT_NEAR(plan.cost_per_hour, **optimum, 1e-9);
 }
 
 TEST(Plan, NotebooksStaySmallAndFineTunesBig) {

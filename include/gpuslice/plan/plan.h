@@ -12,12 +12,16 @@
 //   s.t. sum_o capacity_o y_o >= demand_w,   sum_o y_o >= min_instances_w      (each workload w)
 //        sum_{o of t,p} y_o <= sum_c count_c(p) x_tc                            (each type t,
 //        profile p) sum_c x_tc <= available_t,  x, y integer >= 0
-// Exact mode solves it with CBC and reports CBC's proven bound; fast mode solves the LP relaxation
-// (its value is the lower bound), rounds instance counts per workload and packs GPU configurations
-// by rounding down the LP and first-fit on the rest. Replica workloads with identical options are
-// merged before solving (exact for the integer program). Instances are then placed at exact
-// starts by the layout engine and assigned to workloads, spreading each workload's instances over
-// GPUs and nodes.
+// Fast mode solves the LP relaxation (with rounding cuts), rounds it, adds integer covers by
+// column generation and lets CBC choose one cover per throughput workload (a restricted master)
+// for a few seconds; its lower bound is the Dantzig-Wolfe relaxation over all integer covers.
+// Exact mode branches on the number of GPUs of each price (the objective depends on nothing
+// else), prices out covers at every node, and closes a node whose counts come out whole with an
+// integer plan (CBC on the restricted master, then on the whole program): when every node is
+// closed the plan is proven optimal. Replica workloads with identical options are merged before
+// solving (exact for the integer program). Instances are then placed at exact starts by the
+// layout engine and assigned to workloads, spreading each workload's instances over GPUs and
+// nodes.
 #pragma once
 
 #include <string>
@@ -32,7 +36,7 @@ namespace gpuslice::plan {
 
 enum class SolveMode {
   kAuto,   // exact when the problem is small enough to prove quickly, else fast
-  kExact,  // CBC branch and bound (with the fast solution as a start), within the time limit
+  kExact,  // branch and price until the plan is proven optimal or the time limit
   kFast,   // LP relaxation + rounding
 };
 
@@ -76,7 +80,7 @@ struct PlanResult {
   double lower_bound_cost = 0;
   int lower_bound_gpus = 0;  // ceil(bound / cost) when all GPUs cost the same, else 0
   bool proven_optimal = false;
-  std::string solver;  // "cbc" or "lp-rounding"
+  std::string solver;  // "branch-and-price" (exact search ran) or "lp-rounding"
   double solve_seconds = 0;
   std::vector<std::string> notes;  // e.g. "time limit reached; gap 2.1%"
 };
