@@ -178,13 +178,28 @@ class Planner {
   // Restricted master: each throughput class picks one of a few integer covers (its patterns),
   // replica classes and GPUs stay as in the full program; solved by CBC within the time limit,
   // looking only for plans cheaper than `cutoff`. False when it found none.
-  // With `group_lower`/`group_upper`, the GPUs of each price group (Master::price_groups) stay
-  // within those bounds.
+  // Columns the search has fixed at zero (reduced-cost fixing), by what they stand for, so that
+  // any master built over the same classes and types can leave them out.
+  struct Fixings {
+    std::vector<std::vector<char>> configs;            // per type, per config
+    std::vector<std::vector<char>> options;            // per replica class, per option
+    std::vector<std::set<std::vector<int>>> patterns;  // per throughput class
+  };
+  // Limits on a restricted master: the GPUs of each price group (Master::price_groups) within
+  // `group_lower`/`group_upper` (when not empty), fixed columns left out, CBC's preprocessing.
+  struct MasterLimits {
+    std::vector<int> group_lower, group_upper;
+    const Fixings* fixed = nullptr;
+    bool preprocess = true;
+  };
   bool SolvePatterns(const std::vector<std::vector<std::vector<int>>>& patterns,
                      double time_limit_s, double cutoff, std::vector<std::vector<int>>* counts,
-                     std::vector<std::vector<int>>* gpus,
-                     const std::vector<int>* group_lower = nullptr,
-                     const std::vector<int>* group_upper = nullptr, bool preprocess = true) const;
+                     std::vector<std::vector<int>>* gpus, const MasterLimits& limits) const;
+  bool SolvePatterns(const std::vector<std::vector<std::vector<int>>>& patterns,
+                     double time_limit_s, double cutoff, std::vector<std::vector<int>>* counts,
+                     std::vector<std::vector<int>>* gpus) const {
+    return SolvePatterns(patterns, time_limit_s, cutoff, counts, gpus, MasterLimits{});
+  }
   // The restricted master program over `patterns`: GPUs per (type, config), replica instances
   // per option, and one pattern (integer cover) per throughput class.
   struct Master {
@@ -1122,13 +1137,40 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
   // best plan are fixed at zero for the rest of the search (fewer columns, faster relaxations).
   double root_bound = -internal::kInfinity;
   std::vector<double> root_reduced;
+  Fixings fixed;
+  fixed.patterns.resize(classes_.size());
+  for (size_t t = 0; t < types_.size(); ++t) {
+    fixed.configs.emplace_back(master.x_columns[t].size(), 0);
+  }
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    fixed.options.emplace_back(classes_[k].by_throughput ? 0 : master.columns[k].size(), 0);
+  }
   auto fix_columns = [&] {
     if (!std::isfinite(incumbent) || !(root_bound > -internal::kInfinity / 2)) return;
     const double margin = 1e-7 * std::max(1.0, std::abs(root_bound));
-    for (size_t j = 0; j < root_reduced.size(); ++j) {
-      if (root_bound + root_reduced[j] - margin >= incumbent - step()) {
-        lp.FixAtZero(static_cast<int>(j));
+    auto fixable = [&](int column) {
+      const size_t j = static_cast<size_t>(column);
+      if (j >= root_reduced.size() || root_bound + root_reduced[j] - margin < incumbent - step()) {
+        return false;
       }
+      lp.FixAtZero(column);
+      return true;
+    };
+    for (size_t t = 0; t < types_.size(); ++t) {
+      for (size_t c = 0; c < master.x_columns[t].size(); ++c) {
+        if (fixable(master.x_columns[t][c])) fixed.configs[t][c] = 1;
+      }
+    }
+    for (size_t k = 0; k < classes_.size(); ++k) {
+      for (size_t j = 0; j < master.columns[k].size(); ++j) {
+        if (!fixable(master.columns[k][j])) continue;
+        if (classes_[k].by_throughput) {
+          fixed.patterns[k].insert(patterns[k][j]);
+        } else {
+          fixed.options[k][j] = 1;
+        }
+      }
+      fixable(master.slack[k]);
     }
   };
 
@@ -1182,14 +1224,15 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
         return objective;
       };
       // First the patterns the relaxation used, then all at hand (quick, and usually enough).
+      MasterLimits limits{node.lower, node.upper, &fixed, /*preprocess=*/false};
       if (SolvePatterns(node.used_patterns, std::max(0.05, left), incumbent - step(), &node_counts,
-                        &node_gpus, &node.lower, &node.upper,
-                        /*preprocess=*/false) &&
+                        &node_gpus, limits) &&
           take(node_counts, node_gpus) <= node.bound + step()) {
         continue;
       }
+      limits.preprocess = true;
       if (SolvePatterns(patterns, std::max(0.05, time_limit_s - SecondsSince(started)),
-                        incumbent - step(), &node_counts, &node_gpus, &node.lower, &node.upper) &&
+                        incumbent - step(), &node_counts, &node_gpus, limits) &&
           take(node_counts, node_gpus) <= node.bound + step()) {
         continue;
       }
@@ -1312,17 +1355,31 @@ Solution Planner::SolveWholeAtCounts(const std::vector<Master::PriceGroup>& grou
 bool Planner::SolvePatterns(const std::vector<std::vector<std::vector<int>>>& patterns,
                             double time_limit_s, double cutoff,
                             std::vector<std::vector<int>>* counts,
-                            std::vector<std::vector<int>>* gpus,
-                            const std::vector<int>* group_lower,
-                            const std::vector<int>* group_upper, bool preprocess) const {
+                            std::vector<std::vector<int>>* gpus, const MasterLimits& limits) const {
   Master master = BuildMaster(patterns);
   for (size_t g = 0; g < master.price_groups.size(); ++g) {
     const size_t row = static_cast<size_t>(master.price_groups[g].row);
-    if (group_lower != nullptr) master.program.row_lower_[row] = (*group_lower)[g];
-    if (group_upper != nullptr) master.program.row_upper_[row] = (*group_upper)[g];
+    if (!limits.group_lower.empty()) master.program.row_lower_[row] = limits.group_lower[g];
+    if (!limits.group_upper.empty()) master.program.row_upper_[row] = limits.group_upper[g];
+  }
+  if (limits.fixed != nullptr) {
+    auto fix = [&](int column) { master.program.col_upper_[static_cast<size_t>(column)] = 0; };
+    for (size_t t = 0; t < types_.size(); ++t) {
+      for (size_t c = 0; c < master.x_columns[t].size(); ++c) {
+        if (limits.fixed->configs[t][c]) fix(master.x_columns[t][c]);
+      }
+    }
+    for (size_t k = 0; k < classes_.size(); ++k) {
+      for (size_t j = 0; j < master.columns[k].size(); ++j) {
+        const bool fixed = classes_[k].by_throughput
+                               ? limits.fixed->patterns[k].count(patterns[k][j]) > 0
+                               : limits.fixed->options[k][j] != 0;
+        if (fixed) fix(master.columns[k][j]);
+      }
+    }
   }
   const Solution solution =
-      internal::SolveMip(master.program, time_limit_s, cutoff, 0.001, preprocess);
+      internal::SolveMip(master.program, time_limit_s, cutoff, 0.001, limits.preprocess);
   if (!solution.has_solution) return false;
   auto value = [&](int column) {
     return static_cast<int>(std::llround(solution.values[static_cast<size_t>(column)]));
