@@ -123,27 +123,26 @@ bool AllPlaceable(const PlanResult& plan) {
   return plan.unplaced.size() == Unsatisfiable(plan).size();
 }
 
+// Plans the case and checks the plan independently (CheckPlan).
+PlanResult PlanAndCheck(const Case& c, SolveMode mode, double time_limit_s) {
+  PlanOptions options;
+  options.mode = mode;
+  options.time_limit_s = time_limit_s;
+  absl::StatusOr<PlanResult> plan = Plan(c.workloads, c.fleet, hw::Catalog::Builtin(), options);
+  RC_ASSERT(plan.ok());
+  RC_ASSERT(CheckPlan(*plan, c.workloads, c.fleet).empty());
+  return *std::move(plan);
+}
+
 RC_GTEST_PROP(PlanProperty, PlansAreFeasibleBoundedAndExactIsNoWorse, ()) {
   const Case c = RandomCase();
-  PlanOptions fast_options;
-  fast_options.mode = SolveMode::kFast;
-  fast_options.time_limit_s = 1;
-  const absl::StatusOr<PlanResult> fast =
-      Plan(c.workloads, c.fleet, hw::Catalog::Builtin(), fast_options);
-  RC_ASSERT(fast.ok());
-  const std::vector<std::string> fast_problems = CheckPlan(*fast, c.workloads, c.fleet);
-  RC_ASSERT(fast_problems.empty());
-
-  PlanOptions exact_options;
-  exact_options.mode = SolveMode::kExact;
-  exact_options.time_limit_s = 0.5;
-  const absl::StatusOr<PlanResult> exact =
-      Plan(c.workloads, c.fleet, hw::Catalog::Builtin(), exact_options);
-  RC_ASSERT(exact.ok());
-  RC_ASSERT(CheckPlan(*exact, c.workloads, c.fleet).empty());
+  const PlanResult fast_plan = PlanAndCheck(c, SolveMode::kFast, 1);
+  const PlanResult exact_plan = PlanAndCheck(c, SolveMode::kExact, 0.5);
+  const PlanResult* fast = &fast_plan;
+  const PlanResult* exact = &exact_plan;
   RC_ASSERT(Unsatisfiable(*exact) == Unsatisfiable(*fast));
 
-  for (const PlanResult* plan : {&*fast, &*exact}) {
+  for (const PlanResult* plan : {fast, exact}) {
     if (!AllPlaceable(*plan)) continue;  // the bound then covers only what fits
     RC_ASSERT(plan->cost_per_hour + 1e-6 >= plan->lower_bound_cost);
     if (plan->proven_optimal) RC_ASSERT(plan->cost_per_hour <= plan->lower_bound_cost + 1e-6);
@@ -163,13 +162,8 @@ RC_GTEST_PROP(PlanProperty, PlansAreFeasibleBoundedAndExactIsNoWorse, ()) {
 // branching has work to do.
 RC_GTEST_PROP(PlanProperty, ExactModeAgreesWithTheWholeProgramOptimum, ()) {
   const Case c = RandomCase(Int(0, 2) == 0 ? Prices::kHalves : Prices::kList, 8);
-  PlanOptions options;
-  options.mode = SolveMode::kExact;
-  options.time_limit_s = 10;
-  const absl::StatusOr<PlanResult> exact =
-      Plan(c.workloads, c.fleet, hw::Catalog::Builtin(), options);
-  RC_ASSERT(exact.ok());
-  RC_ASSERT(CheckPlan(*exact, c.workloads, c.fleet).empty());
+  const PlanResult exact_plan = PlanAndCheck(c, SolveMode::kExact, 10);
+  const PlanResult* exact = &exact_plan;
   const absl::StatusOr<std::optional<double>> optimum = internal::WholeProgramOptimum(
       c.workloads, c.fleet, hw::Catalog::Builtin(), /*time_limit_s=*/30);
   RC_ASSERT(optimum.ok());
