@@ -851,6 +851,12 @@ struct CoverSearch {
   // Only covers cheaper than `limit` are sought (best stays empty when there is none).
   void Run(double limit = std::numeric_limits<double>::infinity()) {
     best_price = limit;
+    // Quick test first: the whole demand at the best price per capacity.
+    double best_ratio = std::numeric_limits<double>::infinity();
+    for (size_t o = 0; o < price.size(); ++o) {
+      best_ratio = std::min(best_ratio, price[o] / capacity[o]);
+    }
+    if (best_ratio * demand >= best_price - 1e-12) return;
     counts.assign(price.size(), 0);
     std::vector<std::pair<double, size_t>> by_ratio;
     for (size_t o = 0; o < price.size(); ++o) by_ratio.emplace_back(price[o] / capacity[o], o);
@@ -1062,15 +1068,6 @@ double Planner::PriceOut(Master& master, internal::IncrementalLp& lp,
         const int row = master.option_rows[k][o];
         price.push_back(std::max(0.0, -solution.duals[static_cast<size_t>(row)]));
         capacity.push_back(demand.options[o].capacity);
-      }
-      // Quick test first: the whole demand at the best price per capacity.
-      double best_ratio = std::numeric_limits<double>::infinity();
-      for (size_t o = 0; o < price.size(); ++o) {
-        best_ratio = std::min(best_ratio, price[o] / capacity[o]);
-      }
-      if (best_ratio * demand.demand >= convexity - 1e-12) {
-        reduced_total -= 1e-12;
-        continue;
       }
       CoverSearch search{price, capacity, demand.demand, demand.min_instances, {}, {}, {}};
       search.Run(convexity);

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 
 #include "coin/Cbc_C_Interface.h"
 #include "coin/ClpSimplex.hpp"
-#include "coin/Clp_C_Interface.h"
 
 namespace gpuslice::plan::internal {
 
@@ -62,49 +62,58 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Solution SolveLp(const LinearProgram& program, double time_limit_s) {
-  const auto started = std::chrono::steady_clock::now();
-  Solution solution;
+namespace {
+
+// A CLP model holding `program`, quiet.
+ClpSimplex* LoadClp(const LinearProgram& program) {
   const Solver::Csc csc = Solver::ToCsc(program);
-  Clp_Simplex* model = Clp_newModel();
-  Clp_setLogLevel(model, 0);
-  Clp_loadProblem(model, program.columns(), program.rows(), csc.start.data(), csc.index.data(),
-                  csc.value.data(), program.col_lower_.data(), program.col_upper_.data(),
-                  program.cost_.data(), program.row_lower_.data(), program.row_upper_.data());
-  Clp_setMaximumSeconds(model, time_limit_s);
-  // Dual simplex: the program has many more columns than rows, and it was fastest here.
-  Clp_initialDualSolve(model);
-  const int status = Clp_status(model);
+  auto* model = new ClpSimplex();
+  model->setLogLevel(0);
+  model->loadProblem(program.columns(), program.rows(), csc.start.data(), csc.index.data(),
+                     csc.value.data(), program.col_lower_.data(), program.col_upper_.data(),
+                     program.cost_.data(), program.row_lower_.data(), program.row_upper_.data());
+  return model;
+}
+
+// The outcome of CLP's last solve of `model`.
+Solution ReadClp(ClpSimplex& model) {
+  Solution solution;
+  const int status = model.status();
   if (status == 0) {
     solution.status = Solution::Status::kOptimal;
     solution.has_solution = true;
-    const double* values = Clp_getColSolution(model);
-    solution.values.assign(values, values + program.columns());
-    const double* duals = Clp_dualRowSolution(model);
-    solution.duals.assign(duals, duals + program.rows());
-    solution.objective = Clp_objectiveValue(model);
+    solution.values.assign(model.primalColumnSolution(),
+                           model.primalColumnSolution() + model.numberColumns());
+    solution.duals.assign(model.dualRowSolution(), model.dualRowSolution() + model.numberRows());
+    solution.objective = model.objectiveValue();
     solution.bound = solution.objective;
   } else if (status == 1) {
     solution.status = Solution::Status::kInfeasible;
   } else if (status == 3) {
     solution.status = Solution::Status::kStopped;
   }
-  Clp_deleteModel(model);
+  return solution;
+}
+
+}  // namespace
+
+Solution SolveLp(const LinearProgram& program, double time_limit_s) {
+  const auto started = std::chrono::steady_clock::now();
+  std::unique_ptr<ClpSimplex> model(LoadClp(program));
+  model->setMaximumSeconds(time_limit_s);
+  // Dual simplex: the program has many more columns than rows, and it was fastest here.
+  model->initialDualSolve();
+  Solution solution = ReadClp(*model);
   solution.seconds = SecondsSince(started);
   return solution;
 }
 
 IncrementalLp::IncrementalLp(const LinearProgram& program)
     : columns_(program.columns()), rows_(program.rows()) {
-  const Solver::Csc csc = Solver::ToCsc(program);
-  auto* model = new ClpSimplex();
-  model->setLogLevel(0);
+  ClpSimplex* model = LoadClp(program);
   // Always perturb: the master programs are highly degenerate, and perturbing cut the dual
   // simplex iterations of branch and price by more than half (measured on plan_scaling_bench).
   model->setPerturbation(50);
-  model->loadProblem(program.columns(), program.rows(), csc.start.data(), csc.index.data(),
-                     csc.value.data(), program.col_lower_.data(), program.col_upper_.data(),
-                     program.cost_.data(), program.row_lower_.data(), program.row_upper_.data());
   model_ = model;
 }
 
@@ -157,20 +166,7 @@ Solution IncrementalLp::Solve(double time_limit_s) {
     model->dual(0);
   }
   columns_added_ = bounds_changed_ = false;
-  Solution solution;
-  const int status = model->status();
-  if (status == 0) {
-    solution.status = Solution::Status::kOptimal;
-    solution.has_solution = true;
-    solution.values.assign(model->primalColumnSolution(), model->primalColumnSolution() + columns_);
-    solution.duals.assign(model->dualRowSolution(), model->dualRowSolution() + rows_);
-    solution.objective = model->objectiveValue();
-    solution.bound = solution.objective;
-  } else if (status == 1) {
-    solution.status = Solution::Status::kInfeasible;
-  } else if (status == 3) {
-    solution.status = Solution::Status::kStopped;
-  }
+  Solution solution = ReadClp(*model);
   solution.seconds = SecondsSince(started);
   return solution;
 }
