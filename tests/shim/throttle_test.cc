@@ -13,8 +13,10 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -109,20 +111,29 @@ std::vector<std::string> LaunchArgs(const std::string& path = "kernel") {
           "--path", path};
 }
 
-// The share of the engine a probe got in each full window after the first.
-std::vector<double> Shares(const Outcome& run) {
-  std::vector<double> shares;
+// The share of the engine a probe got in each full window after the first; nothing when the
+// probe did not report them all.
+std::optional<std::vector<double>> TryShares(const Outcome& run) {
   const nlohmann::json json = run.Json();
   if (!json.is_object() || !json.contains("work_per_window") ||
       !json["work_per_window"].is_array() ||
       json["work_per_window"].size() < static_cast<std::size_t>(kSeconds)) {
-    ADD_FAILURE() << "no full work_per_window: " << run.Describe();
-    return shares;
+    return std::nullopt;
   }
+  std::vector<double> shares;
   for (int window = 1; window < kSeconds; ++window) {
     shares.push_back(json["work_per_window"][static_cast<std::size_t>(window)].get<double>() / 1e9);
   }
   return shares;
+}
+
+std::vector<double> Shares(const Outcome& run) {
+  std::optional<std::vector<double>> shares = TryShares(run);
+  if (!shares) {
+    ADD_FAILURE() << "no full work_per_window: " << run.Describe();
+    return {};
+  }
+  return *shares;
 }
 
 std::string Show(const std::vector<double>& shares) {
@@ -186,12 +197,35 @@ class ComputeShareTest : public ::testing::Test {
 class ComputeShareTwoSlicesTest : public ComputeShareTest,
                                   public ::testing::WithParamInterface<std::pair<int, int>> {};
 
+// Whether every full window of a run is within the tolerance of `share`.
+bool WithinShare(const Outcome& run, double share) {
+  const std::optional<std::vector<double>> shares = TryShares(run);
+  return run.exit_code == 0 && shares &&
+         std::all_of(shares->begin(), shares->end(),
+                     [share](double got) { return std::abs(got - share) <= kTolerance; });
+}
+
+// Two strict slices whose shares add up to the whole engine: time one loses to a stalled host
+// (a probe not scheduled for tens of milliseconds on a loaded machine) cannot be made up without
+// taking it from the other, so one window can miss by that stall. A pair outside the tolerance is
+// run once more, and the second run is judged; a throttle that misses misses both times.
 TEST_P(ComputeShareTwoSlicesTest, EachGetsItsShare) {
   const auto [a, b] = GetParam();
-  const std::vector<Outcome> runs =
-      RunTogether({{LaunchArgs(), Share("a", a)}, {LaunchArgs(), Share("b", b)}});
-  ExpectShare(runs[0], a / 1000.0, "slice a, share " + std::to_string(a));
-  ExpectShare(runs[1], b / 1000.0, "slice b, share " + std::to_string(b));
+  constexpr int kAttempts = 2;
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    const std::vector<Outcome> runs =
+        RunTogether({{LaunchArgs(), Share("a", a)}, {LaunchArgs(), Share("b", b)}});
+    const bool within = WithinShare(runs[0], a / 1000.0) && WithinShare(runs[1], b / 1000.0);
+    if (within || attempt == kAttempts) {
+      ExpectShare(runs[0], a / 1000.0, "slice a, share " + std::to_string(a));
+      ExpectShare(runs[1], b / 1000.0, "slice b, share " + std::to_string(b));
+      return;
+    }
+    std::cout << "attempt " << attempt << " outside the tolerance (a: "
+              << Show(TryShares(runs[0]).value_or(std::vector<double>{}))
+              << "b: " << Show(TryShares(runs[1]).value_or(std::vector<double>{}))
+              << "); running the pair again\n";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shares, ComputeShareTwoSlicesTest,
