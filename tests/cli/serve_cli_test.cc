@@ -45,6 +45,7 @@ using gpuslice::cli::testing::Loopback;
 using gpuslice::cli::testing::PickPort;
 using gpuslice::cli::testing::ReadFile;
 using gpuslice::cli::testing::ScopedEnv;
+using gpuslice::cli::testing::WaitUntil;
 using ServeProcess = gpuslice::cli::testing::GpusliceProcess;
 
 namespace fs = std::filesystem;
@@ -73,7 +74,10 @@ TEST(ServeCliTest, ServesClientsStopsOnSigtermAndKeepsStateAcrossRestarts) {
   const std::string health = HttpGet(port, "/v1/health");
   EXPECT_THAT(health, HasSubstr("\"store\":\"sqlite\""));
   EXPECT_THAT(health, HasSubstr("\"gpus\":2"));
-  EXPECT_THAT(server.Output(), HasSubstr("SIMULATED"));
+  // The banner follows the listening socket: it may come a moment after the first health answer.
+  EXPECT_TRUE(WaitUntil([&] { return server.Output().find("SIMULATED") != std::string::npos; },
+                        std::chrono::seconds(10)))
+      << server.Output();
 
   // The admin token file: one line, owner-only.
   const std::string token_file = dir + "/t";
@@ -162,7 +166,10 @@ TEST(ServeCliTest, ServesClientsStopsOnSigtermAndKeepsStateAcrossRestarts) {
   ServeProcess restarted;
   restarted.Start(ServeArgs(dir, port), dir + "/serve2.log");
   ASSERT_TRUE(restarted.WaitHealthy(port)) << restarted.Output();
-  EXPECT_THAT(restarted.Output(), HasSubstr("an admin exists already"));
+  EXPECT_TRUE(WaitUntil(
+      [&] { return restarted.Output().find("an admin exists already") != std::string::npos; },
+      std::chrono::seconds(10)))
+      << restarted.Output();
   EXPECT_EQ(ReadFile(token_file), token_text);
   EXPECT_EQ(fs::last_write_time(token_file), token_mtime);
   EXPECT_FALSE(fs::exists(token_file + ".tmp"));
