@@ -191,6 +191,7 @@ class Planner {
     std::vector<int> group_lower, group_upper;
     const Fixings* fixed = nullptr;
     bool preprocess = true;
+    bool feasibility_pump = true;
   };
   bool SolvePatterns(const std::vector<std::vector<std::vector<int>>>& patterns,
                      double time_limit_s, double cutoff, std::vector<std::vector<int>>* counts,
@@ -1167,7 +1168,9 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
           fixed.options[k][j] = 1;
         }
       }
-      fixable(master.slack[k]);
+      // The slacks stay: they keep every node's restricted master feasible, so that column
+      // generation can price out the covers a node needs. (Fixed at zero, a node whose covers
+      // were not generated yet looked infeasible and was pruned, with a plan below the bound.)
     }
   };
 
@@ -1176,8 +1179,10 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
     double bound;
     std::vector<int> lower, upper;  // GPUs of each price group
     bool leaf = false;              // whole GPU counts: solve for an integer plan
-    // Leaves: per throughput class, the patterns its relaxation used.
+    // Leaves: per throughput class, the patterns its relaxation used, and the box of GPU counts
+    // of the node whose relaxation gave these counts.
     std::vector<std::vector<std::vector<int>>> used_patterns = {};
+    std::vector<int> region_lower = {}, region_upper = {};
   };
   auto later = [](const Node& a, const Node& b) { return a.bound > b.bound; };
   std::priority_queue<Node, std::vector<Node>, decltype(later)> open(later);
@@ -1221,7 +1226,10 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
         return objective;
       };
       // First the patterns the relaxation used, then all at hand (quick, and usually enough).
-      MasterLimits limits{node.lower, node.upper, &fixed, /*preprocess=*/false};
+      // (Without the feasibility pump: measured slower than it helps on these nearly integral
+      // masters.)
+      MasterLimits limits{node.lower, node.upper, &fixed, /*preprocess=*/false,
+                          /*feasibility_pump=*/false};
       if (SolvePatterns(node.used_patterns, std::max(0.05, left), incumbent - step(), &node_counts,
                         &node_gpus, limits) &&
           take(node_counts, node_gpus) <= node.bound + step()) {
@@ -1238,12 +1246,31 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
       const Solution whole = SolveWholeAtCounts(
           groups, node.lower, node.upper, incumbent - step(),
           std::max(0.05, time_limit_s - SecondsSince(started)), &node_counts, &node_gpus);
-      if (whole.has_solution) take(node_counts, node_gpus);
-      if (whole.status == Solution::Status::kOptimal ||
-          whole.status == Solution::Status::kInfeasible) {
+      if (whole.has_solution && take(node_counts, node_gpus) <= node.bound + step()) continue;
+      if (whole.status != Solution::Status::kOptimal &&
+          whole.status != Solution::Status::kInfeasible) {
+        unresolved = std::min(unresolved, node.bound);
         continue;
       }
-      unresolved = std::min(unresolved, node.bound);
+      // No plan at these counts costs the node's bound: that rules out this point of the
+      // node's box, not the rest of it. The rest is split into boxes, one side of the point in
+      // one group at a time (the groups before it at the point's counts), searched as nodes.
+      std::vector<int> lower = node.region_lower, upper = node.region_upper;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        if (groups[g].cost <= 0) continue;
+        const int at = node.lower[g];
+        if (lower[g] < at) {
+          Node below{node.bound, lower, upper};
+          below.upper[g] = at - 1;
+          open.push(std::move(below));
+        }
+        if (at < upper[g]) {
+          Node above{node.bound, lower, upper};
+          above.lower[g] = at + 1;
+          open.push(std::move(above));
+        }
+        lower[g] = upper[g] = at;
+      }
       continue;
     }
     ++stats->nodes;
@@ -1279,8 +1306,13 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
     }
     if (branch < 0) {
       // (GPUs that cost nothing, kept ones when re-planning, stay free within the node.)
-      Node leaf{bound, node.lower, node.upper, true,
-                std::vector<std::vector<std::vector<int>>>(classes_.size())};
+      Node leaf{bound,
+                node.lower,
+                node.upper,
+                true,
+                std::vector<std::vector<std::vector<int>>>(classes_.size()),
+                node.lower,
+                node.upper};
       for (size_t g = 0; g < groups.size(); ++g) {
         if (groups[g].cost > 0) {
           leaf.lower[g] = leaf.upper[g] = static_cast<int>(std::llround(used[g]));
@@ -1333,7 +1365,7 @@ Solution Planner::SolveWholeAtCounts(const std::vector<Master::PriceGroup>& grou
     }
     program.AddRow(std::move(terms), lower[g], upper[g]);
   }
-  Solution solution = internal::SolveMip(program, time_limit_s, cutoff);
+  Solution solution = internal::SolveMip(program, time_limit_s, {.cutoff = cutoff});
   if (!solution.has_solution) return solution;
   auto value = [&](int column) {
     return static_cast<int>(std::llround(solution.values[static_cast<size_t>(column)]));
@@ -1375,8 +1407,11 @@ bool Planner::SolvePatterns(const std::vector<std::vector<std::vector<int>>>& pa
       }
     }
   }
-  const Solution solution =
-      internal::SolveMip(master.program, time_limit_s, cutoff, 0.001, limits.preprocess);
+  const Solution solution = internal::SolveMip(master.program, time_limit_s,
+                                               {.cutoff = cutoff,
+                                                .relative_gap = 0.001,
+                                                .preprocess = limits.preprocess,
+                                                .feasibility_pump = limits.feasibility_pump});
   if (!solution.has_solution) return false;
   auto value = [&](int column) {
     return static_cast<int>(std::llround(solution.values[static_cast<size_t>(column)]));

@@ -171,8 +171,8 @@ Solution IncrementalLp::Solve(double time_limit_s) {
   return solution;
 }
 
-Solution SolveMip(const LinearProgram& program, double time_limit_s, double cutoff,
-                  double relative_gap, bool preprocess) {
+Solution SolveMip(const LinearProgram& program, double time_limit_s, const MipOptions& options) {
+  const double cutoff = options.cutoff;
   const auto started = std::chrono::steady_clock::now();
   Solution solution;
   const Solver::Csc csc = Solver::ToCsc(program);
@@ -186,9 +186,10 @@ Solution SolveMip(const LinearProgram& program, double time_limit_s, double cuto
   Cbc_setLogLevel(model, 0);
   Cbc_setMaximumSeconds(model, std::max(time_limit_s, 0.01));
   Cbc_setParameter(model, "threads", "0");
-  if (!preprocess) Cbc_setParameter(model, "preprocess", "off");
+  if (!options.preprocess) Cbc_setParameter(model, "preprocess", "off");
+  if (!options.feasibility_pump) Cbc_setParameter(model, "feas", "off");
   Cbc_setAllowableGap(model, 1e-7);
-  if (relative_gap > 0) Cbc_setAllowableFractionGap(model, relative_gap);
+  if (options.relative_gap > 0) Cbc_setAllowableFractionGap(model, options.relative_gap);
   if (cutoff < kInfinity) Cbc_setCutoff(model, cutoff);
   Cbc_solve(model);
   const double* best = Cbc_bestSolution(model);
