@@ -181,6 +181,62 @@ RC_GTEST_PROP(PlanProperty, ExactModeAgreesWithTheWholeProgramOptimum, ()) {
   RC_ASSERT(std::abs(exact->cost_per_hour - **optimum) < 1e-6);
 }
 
+// A case the property above found (shrunk): a node of the search whose covers were not generated
+// yet must not look infeasible (the slacks stay), so exact mode finds the 1.50 $/h plan (an H200
+// and two whole A100s) rather than "proving" 2.00.
+TEST(PlanExactRegression, ANodeWithoutItsCoversYetIsNotPruned) {
+  Case c;
+  auto group = [](const std::string& model, int count, double cost, bool mig) {
+    GpuGroup g;
+    g.model = model;
+    g.count = count;
+    g.cost_per_hour = cost;
+    g.mig_allowed = mig;
+    g.origin = "fleet.yaml:1";
+    return g;
+  };
+  Node whole;
+  whole.name = "node-0";
+  whole.gpus = {group("A100-80GB", 2, 0.5, false)};
+  Node sliced;
+  sliced.name = "node-1";
+  sliced.gpus = {group("H200-141GB", 1, 0.5, true), group("A100-80GB", 1, 1.0, true)};
+  c.fleet.nodes = {whole, sliced};
+  Workload served;
+  served.name = "served";
+  served.origin = "workloads.yaml:1";
+  served.kind = WorkloadKind::kInference;
+  served.min_instances = 1;
+  served.spread = false;
+  served.throughput_rps = 50;
+  served.latency_p99_ms = 20;
+  served.perf.push_back(SyntheticTable(40, 2));
+  Workload replicas;
+  replicas.name = "replicas";
+  replicas.origin = "workloads.yaml:2";
+  replicas.kind = WorkloadKind::kInference;
+  replicas.min_instances = 2;
+  replicas.spread = false;
+  replicas.replicas = 3;
+  replicas.peak_memory_gib = 34.5;
+  c.workloads.workloads = {served, replicas};
+
+  const absl::StatusOr<std::optional<double>> optimum =
+      internal::WholeProgramOptimum(c.workloads, c.fleet, hw::Catalog::Builtin(), 30);
+  ASSERT_TRUE(optimum.ok()) << optimum.status();
+  ASSERT_TRUE(optimum->has_value());
+  PlanOptions options;
+  options.mode = SolveMode::kExact;
+  options.time_limit_s = 10;
+  const absl::StatusOr<PlanResult> plan =
+      Plan(c.workloads, c.fleet, hw::Catalog::Builtin(), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(CheckPlan(*plan, c.workloads, c.fleet).empty());
+  EXPECT_LE(plan->lower_bound_cost, **optimum + 1e-6);
+  EXPECT_NEAR(plan->cost_per_hour, **optimum, 1e-6);
+  EXPECT_TRUE(plan->proven_optimal);
+}
+
 RC_GTEST_PROP(PlanProperty, ReplanningAnUnchangedDemandStopsNothing, ()) {
   const Case c = RandomCase();
   PlanOptions options;
