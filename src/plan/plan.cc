@@ -1519,9 +1519,14 @@ bool Planner::ShiftShortfall(std::vector<std::vector<int>>& counts,
     const double share = ShareOf(*option.model, option.profile);
     const int n =
         std::min(counts[move.k][move.from], static_cast<int>(std::ceil(share_left / share - kEps)));
+    // As many instances as the capacity needs, and never fewer than the class's minimum.
+    const DemandClass& demand = classes_[move.k];
+    const int before = std::accumulate(counts[move.k].begin(), counts[move.k].end(), 0);
+    const int added =
+        std::max(static_cast<int>(std::ceil(n * option.capacity / alt.capacity - kEps)),
+                 demand.by_throughput ? demand.min_instances - (before - n) : 0);
     counts[move.k][move.from] -= n;
-    counts[move.k][move.to] +=
-        static_cast<int>(std::ceil(n * option.capacity / alt.capacity - kEps));
+    counts[move.k][move.to] += added;
     share_left -= n * share;
     moved = true;
   }
@@ -1576,9 +1581,12 @@ std::vector<double> Planner::StartVector(const std::vector<std::vector<int>>& co
       start[static_cast<size_t>(demand.y_columns[o])] = counts[k][o];
       covered += counts[k][o] * demand.options[o].capacity;
     }
+    const int instances = std::accumulate(counts[k].begin(), counts[k].end(), 0);
     double slack = 0;
     if (covered + kEps < demand.demand) {
       slack = demand.by_throughput ? 1 : std::ceil(demand.demand - covered - kEps);
+    } else if (demand.by_throughput && instances < demand.min_instances) {
+      slack = 1;  // too few instances: the workload is left out as surely as when short
     }
     start[static_cast<size_t>(demand.slack_column)] = slack;
   }
