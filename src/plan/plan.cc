@@ -1129,7 +1129,10 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
     return granularity > 0 ? 0.5 * granularity
                            : 1e-7 * std::max(1.0, std::isfinite(incumbent) ? incumbent : 1.0);
   };
-  auto improves = [&](double bound) { return bound < incumbent - step(); };
+  // (An infeasible node's bound is kInfinity, finite: it never improves, even on no plan.)
+  auto improves = [&](double bound) {
+    return bound < internal::kInfinity / 2 && bound < incumbent - step();
+  };
   // Reduced-cost fixing: with the root's prices, a plan that uses a column costs at least the
   // root's bound plus the column's reduced cost; columns for which that is no cheaper than the
   // best plan are fixed at zero for the rest of the search (fewer columns, faster relaxations).
