@@ -192,6 +192,8 @@ class Planner {
     const Fixings* fixed = nullptr;
     bool preprocess = true;
     bool feasibility_pump = true;
+    double relative_gap = 0.001;         // CBC stops within this fraction of its bound
+    Solution::Status* status = nullptr;  // when set: CBC's outcome (kInfeasible: none < cutoff)
   };
   bool SolvePatterns(const std::vector<std::vector<std::vector<int>>>& patterns,
                      double time_limit_s, double cutoff, std::vector<std::vector<int>>* counts,
@@ -243,9 +245,21 @@ class Planner {
   // until none does. Returns the node's Lagrangian bound (+infinity when the node is infeasible,
   // -infinity when none was proven) and leaves the last relaxation in `last` (has_solution
   // false when time ran out with columns pending).
+  // Every cover of each throughput class that a plan of a region can use and still cost less
+  // than `cutoff`, given a relaxation of that region (its duals and value; column generation
+  // need not have finished): a plan costs at least the value plus the reduced costs of its
+  // covers, so covers whose reduced cost exceeds the room are left out (covers no instance of
+  // which can be dropped, as CoverSearch visits them). False when a search hit its node limit or
+  // the covers exceed `most` in all.
+  bool CoversBelow(const Master& master, const std::vector<double>& duals, double value,
+                   double cutoff, size_t most, const Fixings& fixed,
+                   std::vector<std::vector<std::vector<int>>>* covers) const;
+  // Covers in `fixed` (fixed at zero: no plan cheaper than the best one uses them) are not
+  // priced: the bound returned is then one on the plans without them, which is what pruning
+  // against the best plan needs.
   double PriceOut(Master& master, internal::IncrementalLp& lp,
                   std::vector<std::vector<std::vector<int>>>& patterns, double time_limit_s,
-                  Solution* last) const;
+                  Solution* last, const Fixings* fixed = nullptr) const;
   // Branch and price on the number of GPUs of each type (the objective depends on nothing
   // else): best first, each node's relaxation priced out; a node whose GPU counts come out whole
   // is closed by the restricted master with those counts fixed. Improves `counts`/`gpus` when
@@ -848,6 +862,12 @@ struct CoverSearch {
   double best_price = std::numeric_limits<double>::infinity();
   long nodes = 0;
   static constexpr long kNodeLimit = 200000;
+  // When set, every cover cheaper than the limit is collected here (and best stays empty); the
+  // search stops (nodes past the limit) once there are more than `collect_most`.
+  std::vector<std::vector<int>>* all = nullptr;
+  size_t collect_most = 0;
+  // When set, these covers are passed over (the search returns the best of the others).
+  const std::set<std::vector<int>>* excluded = nullptr;
 
   // Only covers cheaper than `limit` are sought (best stays empty when there is none).
   void Run(double limit = std::numeric_limits<double>::infinity()) {
@@ -869,9 +889,14 @@ struct CoverSearch {
     // Pathological: keep the best found (still a valid cover, but not proven the cheapest).
     if (++nodes > kNodeLimit) return;
     if (covered + kEps >= demand && instances >= min_instances) {
-      if (spent < best_price - 1e-12) {
-        best_price = spent;
-        best = counts;
+      if (spent < best_price - 1e-12 && (excluded == nullptr || excluded->count(counts) == 0)) {
+        if (all != nullptr) {
+          all->push_back(counts);
+          if (all->size() > collect_most) nodes = kNodeLimit + 1;
+        } else {
+          best_price = spent;
+          best = counts;
+        }
       }
       return;
     }
@@ -1039,9 +1064,57 @@ Planner::Master Planner::BuildMaster(
   return master;
 }
 
+bool Planner::CoversBelow(const Master& master, const std::vector<double>& duals, double value,
+                          double cutoff, size_t most, const Fixings& fixed,
+                          std::vector<std::vector<std::vector<int>>>* covers) const {
+  covers->assign(classes_.size(), {});
+  // A plan of the region costs at least value + the sum over classes of its covers' reduced
+  // costs (the other columns' terms are >= 0 at an optimal basis). Covers missing from the
+  // master may price below zero: each class's most negative reduced cost widens the others'
+  // room.
+  const double tolerance = 1e-7 * std::max(1.0, std::abs(value));
+  std::vector<std::vector<double>> prices(classes_.size());
+  std::vector<double> lowest(classes_.size(), 0);
+  double below = 0;  // sum of the classes' most negative reduced costs
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    const DemandClass& demand = classes_[k];
+    if (!demand.by_throughput) continue;
+    std::vector<double> capacity;
+    for (size_t o = 0; o < demand.options.size(); ++o) {
+      prices[k].push_back(std::max(0.0, -duals[static_cast<size_t>(master.option_rows[k][o])]));
+      capacity.push_back(demand.options[o].capacity);
+    }
+    const double convexity = duals[static_cast<size_t>(master.class_row[k])];
+    CoverSearch search{prices[k], capacity, demand.demand, demand.min_instances, {}, {}, {}};
+    search.excluded = &fixed.patterns[k];
+    search.Run(convexity);
+    if (search.nodes > CoverSearch::kNodeLimit) return false;
+    if (!search.best.empty()) lowest[k] = search.best_price - convexity;
+    below += lowest[k];
+  }
+  const double room = cutoff - value + tolerance;
+  if (room < below) return true;  // no plan of the region is cheaper than the cutoff
+  size_t total = 0;
+  for (size_t k = 0; k < classes_.size(); ++k) {
+    const DemandClass& demand = classes_[k];
+    if (!demand.by_throughput) continue;
+    std::vector<double> capacity;
+    for (const SizedOption& option : demand.options) capacity.push_back(option.capacity);
+    const double convexity = duals[static_cast<size_t>(master.class_row[k])];
+    CoverSearch search{prices[k], capacity, demand.demand, demand.min_instances, {}, {}, {}};
+    search.all = &(*covers)[k];
+    search.excluded = &fixed.patterns[k];
+    search.collect_most = most - total;
+    search.Run(convexity + room - (below - lowest[k]) + tolerance);
+    if (search.nodes > CoverSearch::kNodeLimit) return false;
+    total += (*covers)[k].size();
+  }
+  return true;
+}
+
 double Planner::PriceOut(Master& master, internal::IncrementalLp& lp,
                          std::vector<std::vector<std::vector<int>>>& patterns, double time_limit_s,
-                         Solution* last) const {
+                         Solution* last, const Fixings* fixed) const {
   const auto started = std::chrono::steady_clock::now();
   double bound = -internal::kInfinity;
   *last = Solution{};
@@ -1071,6 +1144,7 @@ double Planner::PriceOut(Master& master, internal::IncrementalLp& lp,
         capacity.push_back(demand.options[o].capacity);
       }
       CoverSearch search{price, capacity, demand.demand, demand.min_instances, {}, {}, {}};
+      if (fixed != nullptr) search.excluded = &fixed->patterns[k];
       search.Run(convexity);
       complete &= search.nodes <= CoverSearch::kNodeLimit;
       if (search.best.empty()) {
@@ -1186,6 +1260,8 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
     // of the node whose relaxation gave these counts.
     std::vector<std::vector<std::vector<int>>> used_patterns = {};
     std::vector<int> region_lower = {}, region_upper = {};
+    std::vector<double> duals = {};  // of that relaxation, and its value
+    double value = 0;
   };
   auto later = [](const Node& a, const Node& b) { return a.bound > b.bound; };
   std::priority_queue<Node, std::vector<Node>, decltype(later)> open(later);
@@ -1248,16 +1324,49 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
           take(node_counts, node_gpus) <= node.bound + step()) {
         continue;
       }
-      // Then the whole program with these GPU counts: every cover, not only the patterns. Its
+      // Then exactly: the restricted master over every cover that a plan at these counts could
+      // use and still beat the best plan (by reduced costs at the leaf's relaxation), solved to
+      // optimality. Either answer settles this point. (CBC on the whole program at these counts,
+      // below, could neither find a plan nor prove there was none on some leaves of fleets with
+      // much spare room: 500 or 800 workloads on 1,000 GPUs of plan_scaling_bench.)
+      // A plan at these counts costs exactly what they cost, unless it leaves a workload out (at
+      // a penalty above the whole fleet's cost, so never below a best plan that leaves none
+      // out): so only covers that fit a plan of exactly that cost are needed.
+      double point_cost = 0;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        if (groups[g].cost > 0) point_cost += groups[g].cost * node.lower[g];
+      }
+      const double exact_cutoff = incumbent < penalty_
+                                      ? std::min(incumbent - step(), point_cost + step())
+                                      : incumbent - step();
+      bool settled = false;
+      std::vector<std::vector<std::vector<int>>> covers;
+      constexpr size_t kMostCovers = 20000;
+      if (std::isfinite(incumbent) && !node.duals.empty() &&
+          CoversBelow(master, node.duals, node.value, exact_cutoff, kMostCovers, fixed, &covers)) {
+        Solution::Status status = Solution::Status::kFailed;
+        MasterLimits exact = limits;
+        exact.relative_gap = 0;
+        exact.status = &status;
+        if (SolvePatterns(covers, std::max(0.05, 0.5 * (time_limit_s - SecondsSince(started))),
+                          exact_cutoff, &node_counts, &node_gpus, exact) &&
+            take(node_counts, node_gpus) <= node.bound + step()) {
+          continue;
+        }
+        settled = status == Solution::Status::kOptimal || status == Solution::Status::kInfeasible;
+      }
+      // Else the whole program with these GPU counts: every cover, not only the patterns. Its
       // answer closes the node either way (a plan, or none cheaper than the incumbent).
-      const Solution whole = SolveWholeAtCounts(
-          groups, node.lower, node.upper, incumbent - step(),
-          std::max(0.05, time_limit_s - SecondsSince(started)), &node_counts, &node_gpus);
-      if (whole.has_solution && take(node_counts, node_gpus) <= node.bound + step()) continue;
-      if (whole.status != Solution::Status::kOptimal &&
-          whole.status != Solution::Status::kInfeasible) {
-        unresolved = std::min(unresolved, node.bound);
-        continue;
+      if (!settled) {
+        const Solution whole = SolveWholeAtCounts(
+            groups, node.lower, node.upper, incumbent - step(),
+            std::max(0.05, time_limit_s - SecondsSince(started)), &node_counts, &node_gpus);
+        if (whole.has_solution && take(node_counts, node_gpus) <= node.bound + step()) continue;
+        if (whole.status != Solution::Status::kOptimal &&
+            whole.status != Solution::Status::kInfeasible) {
+          unresolved = std::min(unresolved, node.bound);
+          continue;
+        }
       }
       // No plan at these counts costs the node's bound: that rules out this point of the
       // node's box, not the rest of it. The rest is split into boxes, one side of the point in
@@ -1285,7 +1394,7 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
       lp.SetRowBounds(groups[g].row, node.lower[g], node.upper[g]);
     }
     Solution relaxed;
-    const double priced = PriceOut(master, lp, patterns, left, &relaxed);
+    const double priced = PriceOut(master, lp, patterns, left, &relaxed, &fixed);
     const double bound = std::max(node.bound, plan_floor(priced));
     if (!relaxed.has_solution && bound < internal::kInfinity / 2) {
       open.push(Node{bound, std::move(node.lower), std::move(node.upper)});
@@ -1333,6 +1442,8 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
           }
         }
       }
+      leaf.duals = relaxed.duals;
+      leaf.value = relaxed.objective;
       // A leaf close to the root's bound is solved at once (a good plan early prunes the most);
       // the others wait in the queue until they are the best node.
       if (bound <= near_root) {
@@ -1416,9 +1527,10 @@ bool Planner::SolvePatterns(const std::vector<std::vector<std::vector<int>>>& pa
   }
   const Solution solution = internal::SolveMip(master.program, time_limit_s,
                                                {.cutoff = cutoff,
-                                                .relative_gap = 0.001,
+                                                .relative_gap = limits.relative_gap,
                                                 .preprocess = limits.preprocess,
                                                 .feasibility_pump = limits.feasibility_pump});
+  if (limits.status != nullptr) *limits.status = solution.status;
   if (!solution.has_solution) return false;
   auto value = [&](int column) {
     return static_cast<int>(std::llround(solution.values[static_cast<size_t>(column)]));
