@@ -1203,6 +1203,32 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
     return granularity > 0 ? 0.5 * granularity
                            : 1e-7 * std::max(1.0, std::isfinite(incumbent) ? incumbent : 1.0);
   };
+  // The least cost that whole GPU counts within a node's box can add up to, at or above `bound`
+  // (plans that leave a workload out cost more than any that does not: this holds while the
+  // best plan leaves none out).
+  std::vector<size_t> priced_groups;
+  std::vector<long long> granules;
+  for (size_t g = 0; g < master.price_groups.size(); ++g) {
+    if (master.price_groups[g].cost <= 0) continue;
+    priced_groups.push_back(g);
+    granules.push_back(granularity > 0 ? std::llround(master.price_groups[g].cost / granularity)
+                                       : 0);
+  }
+  auto reachable = [&](double bound, const std::vector<int>& lower, const std::vector<int>& upper) {
+    if (granularity <= 0 || !(incumbent < penalty_) || std::abs(bound) >= internal::kInfinity / 2) {
+      return bound;
+    }
+    std::vector<int> low, high;
+    for (size_t g : priced_groups) {
+      low.push_back(lower[g]);
+      high.push_back(upper[g]);
+    }
+    constexpr long kReachNodes = 20000;
+    const long long target = std::llround(bound / granularity);
+    return static_cast<double>(
+               internal::LeastReachableSum(granules, low, high, target, kReachNodes)) *
+           granularity;
+  };
   // (An infeasible node's bound is kInfinity, finite: it never improves, even on no plan.)
   auto improves = [&](double bound) {
     return bound < internal::kInfinity / 2 && bound < incumbent - step();
@@ -1395,7 +1421,8 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
     }
     Solution relaxed;
     const double priced = PriceOut(master, lp, patterns, left, &relaxed, &fixed);
-    const double bound = std::max(node.bound, plan_floor(priced));
+    double bound = std::max(node.bound, plan_floor(priced));
+    bound = std::max(bound, reachable(bound, node.lower, node.upper));
     if (!relaxed.has_solution && bound < internal::kInfinity / 2) {
       open.push(Node{bound, std::move(node.lower), std::move(node.upper)});
       break;  // out of time
@@ -1458,6 +1485,9 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
     down.upper[b] = static_cast<int>(std::floor(used[b]));
     Node up{bound, std::move(node.lower), std::move(node.upper)};
     up.lower[b] = static_cast<int>(std::floor(used[b])) + 1;
+    // (A child whose box reaches no cost below the best plan is pruned without its relaxation.)
+    down.bound = reachable(down.bound, down.lower, down.upper);
+    up.bound = reachable(up.bound, up.lower, up.upper);
     const bool down_first = used[b] - std::floor(used[b]) < 0.5;
     open.push(down_first ? std::move(up) : std::move(down));
     plunge = down_first ? std::move(down) : std::move(up);
@@ -2238,6 +2268,43 @@ absl::StatusOr<std::optional<double>> Planner::SolveWholeProgram(double time_lim
 }
 
 namespace internal {
+
+long long LeastReachableSum(const std::vector<long long>& costs, const std::vector<int>& lower,
+                            const std::vector<int>& upper, long long target, long node_limit) {
+  const size_t n = costs.size();
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return costs[a] > costs[b]; });
+  std::vector<long long> least_rest(n + 1, 0), most_rest(n + 1, 0);
+  for (size_t i = n; i-- > 0;) {
+    const size_t g = order[i];
+    least_rest[i] = least_rest[i + 1] + costs[g] * lower[g];
+    most_rest[i] = most_rest[i + 1] + costs[g] * upper[g];
+  }
+  if (most_rest[0] < target) return most_rest[0] + 1;  // nothing reaches it
+  long long best = std::numeric_limits<long long>::max();
+  long nodes = 0;
+  auto visit = [&](auto&& self, size_t i, long long partial) -> void {
+    if (best == target || ++nodes > node_limit) return;
+    if (partial + least_rest[i] >= target) {
+      best = std::min(best, partial + least_rest[i]);
+      return;
+    }
+    if (partial + most_rest[i] < target || partial + least_rest[i] >= best) return;
+    const size_t g = order[i];
+    // The fewest of this group with which the rest can still reach the target, upwards.
+    const long long short_by = target - partial - most_rest[i + 1];
+    long long from = lower[g];
+    if (short_by > 0) from = std::max(from, (short_by + costs[g] - 1) / costs[g]);
+    for (long long k = from; k <= upper[g]; ++k) {
+      if (partial + costs[g] * k + least_rest[i + 1] >= best) break;
+      self(self, i + 1, partial + costs[g] * k);
+      if (best == target || nodes > node_limit) return;
+    }
+  };
+  visit(visit, 0, 0);
+  return nodes > node_limit ? target : best;
+}
 
 absl::StatusOr<std::optional<double>> WholeProgramOptimum(const WorkloadSet& workloads,
                                                           const Fleet& fleet,

@@ -26,4 +26,13 @@ absl::StatusOr<std::optional<double>> WholeProgramOptimum(const WorkloadSet& wor
                                                           const hw::Catalog& catalog,
                                                           double time_limit_s);
 
+// The least sum of costs[g] * n[g] over whole n[g] in [lower[g], upper[g]] that is at least
+// `target` (costs in whole granules, > 0; lower <= upper), or `target` itself when the search
+// passes `node_limit` nodes (never more than the true answer); when no sum reaches `target`, a
+// value above every reachable sum. A plan's cost is set by whole GPU counts per price, so it can
+// cost nothing in between: deep in a branching, with most counts fixed, the reachable sums are
+// far apart, and a node's bound rises to the next one (exact mode).
+long long LeastReachableSum(const std::vector<long long>& costs, const std::vector<int>& lower,
+                            const std::vector<int>& upper, long long target, long node_limit);
+
 }  // namespace gpuslice::plan::internal

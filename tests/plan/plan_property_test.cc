@@ -7,8 +7,10 @@
 #include <rapidcheck/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "gpuslice/hw/catalog.h"
 #include "gpuslice/plan/plan.h"
@@ -132,6 +134,46 @@ PlanResult PlanAndCheck(const Case& c, SolveMode mode, double time_limit_s) {
   RC_ASSERT(plan.ok());
   RC_ASSERT(CheckPlan(*plan, c.workloads, c.fleet).empty());
   return *std::move(plan);
+}
+
+// The reachable-cost bound against brute force: every combination of whole counts in a small
+// box, the least sum at or above the target.
+RC_GTEST_PROP(PlanProperty, LeastReachableSumIsTheLeastSumAtOrAboveTheTarget, ()) {
+  const size_t groups = *rc::gen::inRange<size_t>(1, 5);
+  std::vector<long long> costs;
+  std::vector<int> lower, upper;
+  for (size_t g = 0; g < groups; ++g) {
+    costs.push_back(*rc::gen::inRange<long long>(1, 60));
+    lower.push_back(*rc::gen::inRange(0, 6));
+    upper.push_back(lower.back() + *rc::gen::inRange(0, 7));
+  }
+  long long least = 0, most = 0;
+  for (size_t g = 0; g < groups; ++g) {
+    least += costs[g] * lower[g];
+    most += costs[g] * upper[g];
+  }
+  const long long target = *rc::gen::inRange(least - 5, most + 6);
+  // Brute force over the box.
+  long long expected = std::numeric_limits<long long>::max();
+  std::vector<int> n = lower;
+  for (;;) {
+    long long sum = 0;
+    for (size_t g = 0; g < groups; ++g) sum += costs[g] * n[g];
+    if (sum >= target) expected = std::min(expected, sum);
+    size_t g = 0;
+    while (g < groups && n[g] == upper[g]) n[g] = lower[g], ++g;
+    if (g == groups) break;
+    ++n[g];
+  }
+  const long long found = internal::LeastReachableSum(costs, lower, upper, target, 1000000);
+  if (expected == std::numeric_limits<long long>::max()) {
+    RC_ASSERT(found > most);  // nothing reaches the target
+  } else {
+    RC_ASSERT(found == expected);
+  }
+  // Cut short, it may only fall back to the target (still a valid lower bound).
+  const long long short_search = internal::LeastReachableSum(costs, lower, upper, target, 2);
+  RC_ASSERT(short_search == found || short_search == target);
 }
 
 RC_GTEST_PROP(PlanProperty, PlansAreFeasibleBoundedAndExactIsNoWorse, ()) {
