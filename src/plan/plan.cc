@@ -1288,6 +1288,9 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
     std::vector<int> region_lower = {}, region_upper = {};
     std::vector<double> duals = {};  // of that relaxation, and its value
     double value = 0;
+    // Nodes that wait in the queue: their parent's basis, restored when they are solved (the
+    // basis at hand is then from elsewhere in the tree, many dual iterations away).
+    std::vector<unsigned char> basis = {};
   };
   auto later = [](const Node& a, const Node& b) { return a.bound > b.bound; };
   std::priority_queue<Node, std::vector<Node>, decltype(later)> open(later);
@@ -1314,6 +1317,7 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
     } else {
       node = open.top();
       open.pop();
+      if (!node.leaf && !node.basis.empty()) lp.RestoreBasis(node.basis);
     }
     if (node.leaf) {
       // Whole GPU counts per price fix the cost; an integer plan with these counts closes the
@@ -1489,6 +1493,7 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
     down.bound = reachable(down.bound, down.lower, down.upper);
     up.bound = reachable(up.bound, up.lower, up.upper);
     const bool down_first = used[b] - std::floor(used[b]) < 0.5;
+    (down_first ? up : down).basis = lp.Basis();
     open.push(down_first ? std::move(up) : std::move(down));
     plunge = down_first ? std::move(down) : std::move(up);
   }

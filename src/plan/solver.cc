@@ -146,6 +146,31 @@ std::vector<double> IncrementalLp::ReducedCosts() const {
   return std::vector<double>(model->dualColumnSolution(), model->dualColumnSolution() + columns_);
 }
 
+std::vector<unsigned char> IncrementalLp::Basis() const {
+  auto* model = static_cast<ClpSimplex*>(model_);
+  if (model->statusArray() == nullptr) return {};
+  return std::vector<unsigned char>(model->statusArray(), model->statusArray() + columns_ + rows_);
+}
+
+void IncrementalLp::RestoreBasis(const std::vector<unsigned char>& basis) {
+  auto* model = static_cast<ClpSimplex*>(model_);
+  const size_t rows = static_cast<size_t>(rows_);
+  if (basis.size() < rows || basis.size() - rows > static_cast<size_t>(columns_) ||
+      model->statusArray() == nullptr) {
+    return;
+  }
+  const size_t then = basis.size() - rows;
+  std::vector<unsigned char> status(static_cast<size_t>(columns_) + rows);
+  std::copy(basis.begin(), basis.begin() + static_cast<std::ptrdiff_t>(then), status.begin());
+  // Columns added since: nonbasic at their lower bound (ClpSimplex::atLowerBound = 3).
+  std::fill(status.begin() + static_cast<std::ptrdiff_t>(then), status.begin() + columns_,
+            static_cast<unsigned char>(3));
+  std::copy(basis.begin() + static_cast<std::ptrdiff_t>(then), basis.end(),
+            status.begin() + columns_);
+  model->copyinStatus(status.data());
+  bounds_changed_ = true;
+}
+
 void IncrementalLp::SetRowBounds(int row, double lower, double upper) {
   auto* model = static_cast<ClpSimplex*>(model_);
   if (model->rowLower()[row] == lower && model->rowUpper()[row] == upper) return;

@@ -55,6 +55,11 @@ class IncrementalLp {
   void FixAtZero(int column);
   // The reduced costs of the last solve, one per column.
   std::vector<double> ReducedCosts() const;
+  // The basis of the last solve (a status per column, then per row).
+  std::vector<unsigned char> Basis() const;
+  // Starts the next Solve from `basis` (from Basis(), perhaps before columns were added: those
+  // start nonbasic at their lower bound). Ignored when its size does not fit.
+  void RestoreBasis(const std::vector<unsigned char>& basis);
   // Re-solves from the current basis (dual simplex after bound changes, primal after new
   // columns; the first call solves from scratch).
   Solution Solve(double time_limit_s);
