@@ -251,6 +251,10 @@ class Planner {
   // covers, so covers whose reduced cost exceeds the room are left out (covers no instance of
   // which can be dropped, as CoverSearch visits them). False when a search hit its node limit or
   // the covers exceed `most` in all.
+  // Class k's options at a relaxation's duals: the price of an instance of each (its supply
+  // row's dual, negated; >= 0) and its capacity, as the cover searches take them.
+  void OptionPrices(const Master& master, const std::vector<double>& duals, size_t k,
+                    std::vector<double>* price, std::vector<double>* capacity) const;
   bool CoversBelow(const Master& master, const std::vector<double>& duals, double value,
                    double cutoff, size_t most, const Fixings& fixed,
                    std::vector<std::vector<std::vector<int>>>* covers) const;
@@ -1064,6 +1068,17 @@ Planner::Master Planner::BuildMaster(
   return master;
 }
 
+void Planner::OptionPrices(const Master& master, const std::vector<double>& duals, size_t k,
+                           std::vector<double>* price, std::vector<double>* capacity) const {
+  const DemandClass& demand = classes_[k];
+  price->clear();
+  capacity->clear();
+  for (size_t o = 0; o < demand.options.size(); ++o) {
+    price->push_back(std::max(0.0, -duals[static_cast<size_t>(master.option_rows[k][o])]));
+    capacity->push_back(demand.options[o].capacity);
+  }
+}
+
 bool Planner::CoversBelow(const Master& master, const std::vector<double>& duals, double value,
                           double cutoff, size_t most, const Fixings& fixed,
                           std::vector<std::vector<std::vector<int>>>* covers) const {
@@ -1073,19 +1088,15 @@ bool Planner::CoversBelow(const Master& master, const std::vector<double>& duals
   // master may price below zero: each class's most negative reduced cost widens the others'
   // room.
   const double tolerance = 1e-7 * std::max(1.0, std::abs(value));
-  std::vector<std::vector<double>> prices(classes_.size());
+  std::vector<std::vector<double>> prices(classes_.size()), capacities(classes_.size());
   std::vector<double> lowest(classes_.size(), 0);
   double below = 0;  // sum of the classes' most negative reduced costs
   for (size_t k = 0; k < classes_.size(); ++k) {
     const DemandClass& demand = classes_[k];
     if (!demand.by_throughput) continue;
-    std::vector<double> capacity;
-    for (size_t o = 0; o < demand.options.size(); ++o) {
-      prices[k].push_back(std::max(0.0, -duals[static_cast<size_t>(master.option_rows[k][o])]));
-      capacity.push_back(demand.options[o].capacity);
-    }
+    OptionPrices(master, duals, k, &prices[k], &capacities[k]);
     const double convexity = duals[static_cast<size_t>(master.class_row[k])];
-    CoverSearch search{prices[k], capacity, demand.demand, demand.min_instances, {}, {}, {}};
+    CoverSearch search{prices[k], capacities[k], demand.demand, demand.min_instances, {}, {}, {}};
     search.excluded = &fixed.patterns[k];
     search.Run(convexity);
     if (search.nodes > CoverSearch::kNodeLimit) return false;
@@ -1098,10 +1109,8 @@ bool Planner::CoversBelow(const Master& master, const std::vector<double>& duals
   for (size_t k = 0; k < classes_.size(); ++k) {
     const DemandClass& demand = classes_[k];
     if (!demand.by_throughput) continue;
-    std::vector<double> capacity;
-    for (const SizedOption& option : demand.options) capacity.push_back(option.capacity);
     const double convexity = duals[static_cast<size_t>(master.class_row[k])];
-    CoverSearch search{prices[k], capacity, demand.demand, demand.min_instances, {}, {}, {}};
+    CoverSearch search{prices[k], capacities[k], demand.demand, demand.min_instances, {}, {}, {}};
     search.all = &(*covers)[k];
     search.excluded = &fixed.patterns[k];
     search.collect_most = most - total;
@@ -1138,11 +1147,7 @@ double Planner::PriceOut(Master& master, internal::IncrementalLp& lp,
       const double convexity = solution.duals[static_cast<size_t>(master.class_row[k])];
       if (convexity <= 0) continue;
       std::vector<double> price, capacity;
-      for (size_t o = 0; o < demand.options.size(); ++o) {
-        const int row = master.option_rows[k][o];
-        price.push_back(std::max(0.0, -solution.duals[static_cast<size_t>(row)]));
-        capacity.push_back(demand.options[o].capacity);
-      }
+      OptionPrices(master, solution.duals, k, &price, &capacity);
       CoverSearch search{price, capacity, demand.demand, demand.min_instances, {}, {}, {}};
       if (fixed != nullptr) search.excluded = &fixed->patterns[k];
       search.Run(convexity);
