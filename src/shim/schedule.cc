@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -57,6 +58,8 @@ bool Schedule::Join(const std::string& directory, const char* gpu_uuid, const ch
       std::snprintf(entry.slice_id, sizeof entry.slice_id, "%s", slice_id);
       entry.share_milli = static_cast<std::uint32_t>(share_milli);
       entry.policy = static_cast<std::uint32_t>(policy);
+      entry.busy_until_ns = 0;
+      entry.overrun_until_ns = 0;
       schedule_->generation += 1;
     }
   }
@@ -143,6 +146,38 @@ int Schedule::Slices() {
   std::lock_guard<std::mutex> hold(mutex_);
   RefreshLocked();
   return slices_;
+}
+
+namespace {
+
+void RaiseTo(std::uint64_t* value, std::uint64_t to) {
+  std::uint64_t seen = __atomic_load_n(value, __ATOMIC_RELAXED);
+  while (seen < to &&
+         !__atomic_compare_exchange_n(value, &seen, to, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
+}  // namespace
+
+void Schedule::Publish(const WorkEnds& ends) {
+  if (schedule_ == nullptr || entry_ < 0) return;
+  ScheduleEntry& entry = schedule_->entries[entry_];
+  RaiseTo(&entry.busy_until_ns, ends.busy);
+  RaiseTo(&entry.overrun_until_ns, ends.overrun);
+}
+
+WorkEnds Schedule::Others() const {
+  WorkEnds latest;
+  if (schedule_ == nullptr) return latest;
+  for (int i = 0; i < kMaxScheduledSlices; ++i) {
+    if (i == entry_) continue;
+    const ScheduleEntry& entry = schedule_->entries[i];
+    if (__atomic_load_n(&entry.slice_id[0], __ATOMIC_RELAXED) == '\0') continue;
+    latest.busy = std::max(latest.busy, __atomic_load_n(&entry.busy_until_ns, __ATOMIC_RELAXED));
+    latest.overrun =
+        std::max(latest.overrun, __atomic_load_n(&entry.overrun_until_ns, __ATOMIC_RELAXED));
+  }
+  return latest;
 }
 
 void Schedule::ForgetAfterFork() {

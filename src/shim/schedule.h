@@ -15,6 +15,8 @@
 //   * Window gives the slice's window as offsets [start, end) in the period, in ns; it re-reads
 //     the file only when its generation changed. Sweep frees dead slices' entries (at most once a
 //     second). Thread-safe.
+//   * Publish raises the slice's predicted ends of enqueued work (never lowers them); Others
+//     gives the latest of the other slices' (0 when none). Lock-free.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include <string>
 
 #include "gpuslice/shim/slice_region.h"
+#include "launch_window.h"
 
 namespace gpuslice::shim {
 
@@ -34,6 +37,8 @@ class Schedule {
   // Live slices of the GPU with a window (this one included).
   int Slices();
   void Sweep(std::uint64_t now_ns);
+  void Publish(const WorkEnds& ends);
+  WorkEnds Others() const;
   void ForgetAfterFork();
 
  private:

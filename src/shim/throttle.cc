@@ -72,8 +72,13 @@ void Throttle::PollLocked(bool wait_for_oldest) {
     float ms = 0;
     if (state == CUDA_SUCCESS && g_driver.cuEventElapsedTime(&ms, p.start, p.end) == CUDA_SUCCESS &&
         ms >= 0) {
-      const auto actual = static_cast<std::int64_t>(static_cast<double>(ms) * 1e6);
+      auto actual = static_cast<std::int64_t>(static_cast<double>(ms) * 1e6);
       std::int64_t& estimate = estimates_[p.key];
+      if (p.contended && estimate != 0 && actual > estimate) {
+        // Timed while other slices' work ran too: the excess is likely theirs. Neither the
+        // estimate nor the slice's kernel time takes it.
+        actual = estimate;
+      }
       estimate = estimate == 0 ? actual : (3 * estimate + actual) / 4;
       average_ns_ = average_ns_ == 0 ? actual : (7 * average_ns_ + actual) / 8;
       accounting_->RecordKernel(static_cast<std::uint64_t>(actual));
@@ -138,6 +143,7 @@ Throttle::Ticket Throttle::Before(cuda::CUstream stream, bool per_thread, const 
     return ticket;
   }
   std::int64_t estimate = 0;
+  bool contended = false;  // other slices' work predicted to run when this launch starts
   {
     std::lock_guard<std::mutex> hold(mutex_);
     PollLocked(pending_.size() >= kMaxPending);
@@ -160,35 +166,26 @@ Throttle::Ticket Throttle::Before(cuda::CUstream stream, bool per_thread, const 
     std::uint64_t waited = 0;
     std::uint64_t now = MonotonicNs();
     schedule_.Sweep(now);
+    // Turns (launch_window.h): inside the slice's window, after the other slices' overrun.
+    LaunchDecision decision;
     while (true) {
-      if (accounting_->Policy() == SharePolicy::kBorrowIdle && !OthersActive(now)) break;
-      std::uint64_t window_start = 0, window_end = 0;
-      schedule_.Window(&window_start, &window_end);
-      const std::uint64_t period_start = now - now % kSchedulePeriodNs;
-      const std::uint64_t phase = now - period_start;
-      const std::uint64_t length = window_end - window_start;
-      window_end += Extension(now, length);
-      std::uint64_t next = 0;  // when to look again; 0: launch now
-      if (now < paid_until_ns_) {
-        next = paid_until_ns_;
-      } else if (phase >= window_start && phase < window_end) {
-        const std::uint64_t end = period_start + window_end;
-        const std::uint64_t queue = queue_end_ns_ > now ? queue_end_ns_ : now;
-        // A launch is made while its predicted middle is inside the window: what the last
-        // launch of a window runs past the end is, on average, what it would leave unused.
-        if (queue + cost / 2 <= end) {
-          queue_end_ns_ = queue + cost;
-        } else if (cost > length && queue_end_ns_ <= now) {
-          // Longer than a whole window: run it now, then skip windows until the share paid.
-          queue_end_ns_ = now + cost;
-          paid_until_ns_ = now + cost * 1000 / (share > 0 ? share : 1);
-        } else {
-          next = period_start + kSchedulePeriodNs + window_start;
-        }
-      } else {
-        next = period_start + (phase < window_start ? 0 : kSchedulePeriodNs) + window_start;
+      if (accounting_->Policy() == SharePolicy::kBorrowIdle && !OthersActive(now)) {
+        launch_.queue_end_ns = std::max(launch_.queue_end_ns, now) + cost;
+        decision = LaunchDecision{};
+        decision.publish.busy = launch_.queue_end_ns;
+        break;
       }
-      if (next == 0) break;
+      LaunchInput in;
+      in.now_ns = now;
+      in.period_ns = kSchedulePeriodNs;
+      schedule_.Window(&in.window_start_ns, &in.window_end_ns);
+      in.extension_ns = Extension(now, in.window_end_ns - in.window_start_ns);
+      in.cost_ns = cost;
+      in.share_milli = share;
+      in.others = schedule_.Others();
+      decision = DecideLaunch(in, &launch_);
+      if (decision.wait_until_ns == 0) break;
+      const std::uint64_t next = decision.wait_until_ns;
       timespec until{static_cast<time_t>(next / 1'000'000'000),
                      static_cast<long>(next % 1'000'000'000)};
       while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) != 0) {
@@ -201,6 +198,8 @@ Throttle::Ticket Throttle::Before(cuda::CUstream stream, bool per_thread, const 
         PollLocked(false);
       }
     }
+    contended = decision.contended;
+    schedule_.Publish(decision.publish);
     if (waited > 0) accounting_->RecordThrottled(waited);
     accounting_->NoteLaunch(now);
   }
@@ -217,6 +216,7 @@ Throttle::Ticket Throttle::Before(cuda::CUstream stream, bool per_thread, const 
   ticket.stream = event_stream;
   ticket.key = key;
   ticket.estimate_ns = estimate;
+  ticket.contended = contended;
   return ticket;
 }
 
@@ -229,7 +229,8 @@ void Throttle::After(Ticket& ticket, cuda::CUresult result) {
     free_events_[ticket.context].push_back(ticket.start);
     return;
   }
-  pending_.push_back({ticket.start, end, ticket.context, ticket.key, ticket.estimate_ns});
+  pending_.push_back(
+      {ticket.start, end, ticket.context, ticket.key, ticket.estimate_ns, ticket.contended});
 }
 
 void Throttle::ForgetContext(cuda::CUcontext context) {
@@ -257,7 +258,8 @@ std::uint64_t Throttle::Extension(std::uint64_t now, std::uint64_t window_length
   const std::uint64_t target =
       elapsed / 1000 * static_cast<std::uint64_t>(accounting_->ShareMilli());
   // Work enqueued but not finished counts as used: it will be.
-  const std::uint64_t used = kernel_ns - then_ns + (queue_end_ns_ > now ? queue_end_ns_ - now : 0);
+  const std::uint64_t used =
+      kernel_ns - then_ns + (launch_.queue_end_ns > now ? launch_.queue_end_ns - now : 0);
   if (used >= target) return 0;
   const std::uint64_t deficit = target - used;
   return deficit < window_length / 2 ? deficit : window_length / 2;
@@ -271,8 +273,7 @@ bool Throttle::JoinSchedule(const char* gpu_uuid, const char* slice_id, std::str
 
 void Throttle::Reset() {
   schedule_.ForgetAfterFork();
-  queue_end_ns_ = 0;
-  paid_until_ns_ = 0;
+  launch_ = LaunchState{};
   history_.clear();
   // The parent's events and contexts are not the child's; another thread of the parent may have
   // held the mutex at fork.

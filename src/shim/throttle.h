@@ -2,18 +2,21 @@
 // timed with CUDA events.
 //
 // Each launch is first given an estimate of its GPU time: the measured times of the same kernel
-// or graph, smoothed (the process's average for one not seen yet). A launch is made only inside
-// the slice's window, and only if the work this process has enqueued, this launch included, is
-// predicted to end before the window does; otherwise it waits for the next window. A start and an
-// end event around each launch measure what it really took once it completes, which corrects
-// the estimates, and the slice's measured GPU time over the last second is compared with its
-// share: what it fell short by (a late wake-up, a busy CPU) lets it run on past the window's end
-// by as much, up to half a window. That is the feedback loop that holds the share. A launch longer
-// than the whole window runs at the window's start and the slice then skips windows until its
-// share has paid for it. With the `borrow` policy a slice also launches outside its window while
-// no other slice on the GPU has launched in the last 200 ms. Launches on a stream being captured
-// into a graph are passed on untouched (the graph's launch is what runs). In measuring mode
-// launches are timed and never held back.
+// or graph, smoothed (the process's average for one not seen yet). When it may be made follows
+// from the slice's window, the work this process has enqueued, and what the other slices
+// published about theirs (launch_window.h): inside the window while it is predicted to end
+// before the window does, after the other slices' overrun into the window, and past the window
+// only while no other slice has launched since. A start and an end event around each launch
+// measure what it really took once it completes, which corrects the estimates, and the slice's
+// measured GPU time over the last second is compared with its share: what it fell short by (a
+// late wake-up, a busy CPU) lets it run on past the window's end by as much, up to half a window.
+// That is the feedback loop that holds the share. A launch that met other slices' work is timed
+// with theirs, so no more than its estimate is taken from it. A launch longer than the whole
+// window runs at the window's start and the slice then skips windows until its share has paid for
+// it. With the `borrow` policy a slice also launches outside its window while no other slice on
+// the GPU has launched in the last 200 ms. Launches on a stream being captured into a graph are
+// passed on untouched (the graph's launch is what runs). In measuring mode launches are timed and
+// never held back.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,7 @@
 
 #include "accounting.h"
 #include "cuda_api.h"
+#include "launch_window.h"
 #include "schedule.h"
 
 namespace gpuslice::shim {
@@ -46,6 +50,7 @@ class Throttle {
     cuda::CUstream stream = nullptr;
     const void* key = nullptr;
     std::int64_t estimate_ns = 0;
+    bool contended = false;  // other slices' work was predicted to run when it starts
   };
   // `stream` as the launch names it; `per_thread` when the launch is a _ptsz variant (stream 0
   // then means the per-thread default stream). `key` identifies the kernel or graph.
@@ -70,6 +75,7 @@ class Throttle {
     cuda::CUcontext context;
     const void* key;
     std::int64_t estimate_ns;
+    bool contended;
   };
 
   Accounting* accounting_ = nullptr;
@@ -84,8 +90,7 @@ class Throttle {
   std::uint64_t others_checked_ns_ = 0;
   bool others_active_ = true;
   Schedule schedule_;
-  std::uint64_t queue_end_ns_ = 0;   // when the work this process enqueued is predicted to end
-  std::uint64_t paid_until_ns_ = 0;  // after a launch longer than the window: skip until then
+  LaunchState launch_;
   // The slice's measured GPU time (time, kernel_ns) every 50 ms over the last second: what the
   // share fell short by extends the window (Extension).
   std::deque<std::pair<std::uint64_t, std::uint64_t>> history_;

@@ -162,6 +162,14 @@ void ExpectShare(const Outcome& run, double share, const std::string& what) {
   ExpectShares(run, share - kTolerance, share + kTolerance, what);
 }
 
+// Whether every full window of a run is within the tolerance of `share`.
+bool WithinShare(const Outcome& run, double share) {
+  const std::optional<std::vector<double>> shares = TryShares(run);
+  return run.exit_code == 0 && shares &&
+         std::all_of(shares->begin(), shares->end(),
+                     [share](double got) { return std::abs(got - share) <= kTolerance; });
+}
+
 // Each test: its own accounting directory and engine.
 class ComputeShareTest : public ::testing::Test {
  protected:
@@ -178,6 +186,31 @@ class ComputeShareTest : public ::testing::Test {
                                            const std::string& policy = "strict") const {
     return Env(slice, {{"GPUSLICE_COMPUTE_SHARE_MILLI", std::to_string(milli)},
                        {"GPUSLICE_SHARE_POLICY", policy}});
+  }
+
+  // Two strict slices "a" and "b" run together; each must be within the tolerance of its share in
+  // every full window. Their shares add up to the whole engine: time one loses to a stalled host
+  // (a probe not scheduled for tens of milliseconds on a loaded machine) cannot be made up
+  // without taking it from the other, so one window can miss by that stall. A pair outside the
+  // tolerance is run once more, and the second run is judged; a throttle that misses misses both
+  // times.
+  void ExpectPairShares(const std::vector<std::string>& args_a, int a,
+                        const std::vector<std::string>& args_b, int b) {
+    constexpr int kAttempts = 2;
+    for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+      const std::vector<Outcome> runs =
+          RunTogether({{args_a, Share("a", a)}, {args_b, Share("b", b)}});
+      const bool within = WithinShare(runs[0], a / 1000.0) && WithinShare(runs[1], b / 1000.0);
+      if (within || attempt == kAttempts) {
+        ExpectShare(runs[0], a / 1000.0, "slice a, share " + std::to_string(a));
+        ExpectShare(runs[1], b / 1000.0, "slice b, share " + std::to_string(b));
+        return;
+      }
+      std::cout << "attempt " << attempt << " outside the tolerance (a: "
+                << Show(TryShares(runs[0]).value_or(std::vector<double>{}))
+                << "b: " << Show(TryShares(runs[1]).value_or(std::vector<double>{}))
+                << "); running the pair again\n";
+    }
   }
 
   // Runs probes at once and waits for all.
@@ -197,35 +230,10 @@ class ComputeShareTest : public ::testing::Test {
 class ComputeShareTwoSlicesTest : public ComputeShareTest,
                                   public ::testing::WithParamInterface<std::pair<int, int>> {};
 
-// Whether every full window of a run is within the tolerance of `share`.
-bool WithinShare(const Outcome& run, double share) {
-  const std::optional<std::vector<double>> shares = TryShares(run);
-  return run.exit_code == 0 && shares &&
-         std::all_of(shares->begin(), shares->end(),
-                     [share](double got) { return std::abs(got - share) <= kTolerance; });
-}
-
-// Two strict slices whose shares add up to the whole engine: time one loses to a stalled host
-// (a probe not scheduled for tens of milliseconds on a loaded machine) cannot be made up without
-// taking it from the other, so one window can miss by that stall. A pair outside the tolerance is
-// run once more, and the second run is judged; a throttle that misses misses both times.
+// Two strict slices whose shares add up to the whole engine, 1 ms kernels, four in flight.
 TEST_P(ComputeShareTwoSlicesTest, EachGetsItsShare) {
   const auto [a, b] = GetParam();
-  constexpr int kAttempts = 2;
-  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
-    const std::vector<Outcome> runs =
-        RunTogether({{LaunchArgs(), Share("a", a)}, {LaunchArgs(), Share("b", b)}});
-    const bool within = WithinShare(runs[0], a / 1000.0) && WithinShare(runs[1], b / 1000.0);
-    if (within || attempt == kAttempts) {
-      ExpectShare(runs[0], a / 1000.0, "slice a, share " + std::to_string(a));
-      ExpectShare(runs[1], b / 1000.0, "slice b, share " + std::to_string(b));
-      return;
-    }
-    std::cout << "attempt " << attempt << " outside the tolerance (a: "
-              << Show(TryShares(runs[0]).value_or(std::vector<double>{}))
-              << "b: " << Show(TryShares(runs[1]).value_or(std::vector<double>{}))
-              << "); running the pair again\n";
-  }
+  ExpectPairShares(LaunchArgs(), a, LaunchArgs(), b);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shares, ComputeShareTwoSlicesTest,
@@ -234,6 +242,56 @@ INSTANTIATE_TEST_SUITE_P(Shares, ComputeShareTwoSlicesTest,
                            return std::to_string(param_info.param.first) + "_" +
                                   std::to_string(param_info.param.second);
                          });
+
+// The pattern of a framework that waits for each kernel (PyTorch's matmul then synchronize):
+// one 1.5 ms kernel in flight at a time, so each slice leaves the engine idle between its kernels
+// and the other slice's last kernel of a window still runs when the next window starts. Launched
+// then, the next slice's first kernel would wait behind it and be timed with it: the slice would
+// count time it did not get, and its feedback would hold it under its share.
+std::vector<std::string> KernelsOf1500us(int in_flight) {
+  return {"launch",
+          "--kernel",
+          "work",
+          "--arg",
+          "1500000",
+          "--seconds",
+          std::to_string(kSeconds),
+          "--in-flight",
+          std::to_string(in_flight)};
+}
+
+// The small slice waits for each kernel; the other keeps four in flight, so that its share does
+// not depend on how fast this machine wakes a process (each wait for a kernel leaves the engine
+// idle for that long, which a strict slice does not take back from an active neighbour).
+TEST_F(ComputeShareTest, ASliceThatWaitsForEachKernelGetsItsShare) {
+  ExpectPairShares(KernelsOf1500us(1), 250, KernelsOf1500us(4), 750);
+}
+
+// What a slice records as its GPU time (the feedback's measure, and gpuslice_slice_kernel_seconds)
+// is the time its kernels ran on the engine (the test library's trace), not the time they waited
+// behind the other slice's.
+TEST_F(ComputeShareTest, ASliceIsChargedOnlyForTheTimeItsKernelsRan) {
+  auto traced = [this](const std::string& slice, int milli) {
+    std::map<std::string, std::string> env = Share(slice, milli);
+    env["FAKE_CUDA_TRACE"] = dir_ / ("trace-" + slice);
+    return env;
+  };
+  const std::vector<Outcome> runs =
+      RunTogether({{KernelsOf1500us(1), traced("a", 250)}, {KernelsOf1500us(1), traced("b", 750)}});
+  for (const char* slice : {"a", "b"}) {
+    SCOPED_TRACE(slice);
+    std::uint64_t ran_ns = 0;
+    for (const Trace& t : ReadTrace(dir_ / (std::string("trace-") + slice))) {
+      ran_ns += t.end - t.start;
+    }
+    const absl::StatusOr<SliceSnapshot> snapshot = ReadSlice(SlicePath(dir_ / "shm", slice));
+    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+    ASSERT_GT(ran_ns, 500'000'000u);
+    const double charged = static_cast<double>(snapshot->kernel_ns) / static_cast<double>(ran_ns);
+    EXPECT_GT(charged, 0.97) << snapshot->kernel_ns << " ns charged, " << ran_ns << " ns ran";
+    EXPECT_LT(charged, 1.01) << snapshot->kernel_ns << " ns charged, " << ran_ns << " ns ran";
+  }
+}
 
 // Without shares the interposer holds nothing back and the engine is split: the two probes
 // really compete for one engine, so the shares above are the interposer's doing.
@@ -256,6 +314,16 @@ TEST_F(ComputeShareTest, AStrictSliceAloneKeepsToItsShare) {
   EXPECT_GT(slice->kernel_ns, 700'000'000u);
   EXPECT_LT(slice->kernel_ns, 1'500'000'000u);
   EXPECT_GT(slice->throttled_ns, 1'000'000'000u);
+}
+
+// 20 ms kernels in a 12.5 ms window: each runs at once and the slice then waits until its share
+// has paid for it (a kernel that fits the window's middle rule would otherwise take 20 ms of
+// every 50).
+TEST_F(ComputeShareTest, KernelsLongerThanTheWindowAreHeldToTheShare) {
+  const Outcome run = RunProbe({"launch", "--kernel", "work", "--arg", "20000000", "--seconds",
+                                std::to_string(kSeconds), "--in-flight", "1"},
+                               Share("alone", 250), 120000);
+  ExpectShare(run, 0.25, "strict 250 alone, 20 ms kernels");
 }
 
 TEST_F(ComputeShareTest, ABorrowingSliceAloneUsesTheIdleEngine) {

@@ -30,7 +30,7 @@
 namespace gpuslice::shim {
 
 inline constexpr std::uint32_t kRegionMagic = 0x67736c63u;  // "gslc"
-inline constexpr std::uint32_t kRegionVersion = 1;
+inline constexpr std::uint32_t kRegionVersion = 2;
 inline constexpr int kMaxProcesses = 256;
 inline constexpr int kSizeHistogramBuckets = 48;  // allocations by floor(log2(bytes))
 inline constexpr int kSliceIdSize = 64;           // NUL-terminated, [A-Za-z0-9._-]
@@ -102,14 +102,19 @@ struct SliceRegion {
 // index order, divide each period of kSchedulePeriodNs: entry i runs in
 // [sum of shares before i, + its share) thousandths of the period (scaled down when the shares add
 // up to more than 1000). `generation` changes whenever an entry is taken or freed. Same locking
-// and initialisation rules as SliceRegion.
+// and initialisation rules as SliceRegion. The slice's processes publish when the work they
+// enqueued is predicted to end (CLOCK_MONOTONIC): `busy_until_ns` for all of it, and
+// `overrun_until_ns` for what was launched inside the slice's own window, which the next slice
+// waits for (src/shim/throttle.h). Both only rise.
 inline constexpr int kMaxScheduledSlices = 64;
 inline constexpr std::uint64_t kSchedulePeriodNs = 50'000'000;
 
 struct ScheduleEntry {
   char slice_id[kSliceIdSize];  // "" = free
   std::uint32_t share_milli;
-  std::uint32_t policy;  // SharePolicy
+  std::uint32_t policy;            // SharePolicy
+  std::uint64_t busy_until_ns;     // atomic
+  std::uint64_t overrun_until_ns;  // atomic
 };
 
 struct GpuSchedule {

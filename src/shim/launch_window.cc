@@ -1,0 +1,61 @@
+#include "launch_window.h"
+
+#include <algorithm>
+
+namespace gpuslice::shim {
+
+LaunchDecision DecideLaunch(const LaunchInput& in, LaunchState* state) {
+  LaunchDecision decision;
+  const std::uint64_t now = in.now_ns;
+  const std::uint64_t cost = in.cost_ns;
+  const std::uint64_t length = in.window_end_ns - in.window_start_ns;
+  const std::uint64_t extended_end = in.window_end_ns + in.extension_ns;
+  std::uint64_t period_start = now - now % in.period_ns;
+  std::uint64_t phase = now - period_start;
+  if (phase < in.window_start_ns && phase + in.period_ns < extended_end) {
+    // The period's last window, extended past the period's end.
+    period_start -= in.period_ns;
+    phase += in.period_ns;
+  }
+  const std::uint64_t next_window = period_start + in.period_ns + in.window_start_ns;
+  const std::uint64_t own_end_at = period_start + in.window_end_ns;
+  const bool in_own = phase >= in.window_start_ns && phase < in.window_end_ns;
+  const std::uint64_t queue = std::max(state->queue_end_ns, now);
+  std::uint64_t paid_until = state->paid_until_ns;
+
+  if (now < paid_until) {
+    decision.wait_until_ns = paid_until;
+  } else if (cost > length) {
+    // Longer than the window: whenever the slice's own work is done (and the share has paid for
+    // the last such launch); then the share pays for this one.
+    if (queue > now) {
+      decision.wait_until_ns = queue;
+    } else {
+      paid_until = now + cost * 1000 / std::max<std::uint64_t>(in.share_milli, 1);
+    }
+  } else if (phase < in.window_start_ns) {
+    decision.wait_until_ns = period_start + in.window_start_ns;
+  } else if (phase >= extended_end) {
+    decision.wait_until_ns = next_window;
+  } else if (!in_own && in.others.busy > own_end_at) {
+    decision.wait_until_ns = next_window;  // another slice has launched: the extension is over
+  } else if (in_own && in.others.overrun > queue && in.others.overrun - now <= length / 2) {
+    decision.wait_until_ns = in.others.overrun;
+  } else if (queue + cost / 2 > period_start + extended_end) {
+    decision.wait_until_ns = next_window;  // its middle would fall past the window
+  }
+  if (decision.wait_until_ns != 0) return decision;
+
+  std::uint64_t queue_end = queue + cost;
+  if (in.others.busy > queue) {
+    decision.contended = true;
+    queue_end = in.others.busy + cost;  // it starts after their work
+  }
+  decision.publish.busy = queue_end;
+  if (in_own && cost <= length) decision.publish.overrun = std::min(queue_end, own_end_at + cost / 2);
+  state->queue_end_ns = queue_end;
+  state->paid_until_ns = paid_until;
+  return decision;
+}
+
+}  // namespace gpuslice::shim
