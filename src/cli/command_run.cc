@@ -6,7 +6,8 @@
 // lease whose environment sets limits, `run` loads it into CMD with LD_PRELOAD (put first, keeping
 // what LD_PRELOAD had), and refuses to run CMD when it cannot find it (the lease is released)
 // unless --no-interposer says to run it unenforced. `lease env` prints LD_PRELOAD too when the
-// interposer is on the machine it runs on.
+// interposer is on the machine it runs on. `lease docker-args` adds the mounts and LD_PRELOAD that
+// load it in the container, and refuses like `run` when it is not found.
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -26,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "client.h"
 #include "common.h"
+#include "gpuslice/shim/slices.h"
 #include "interposer_path.h"
 
 namespace gpuslice::cli {
@@ -319,6 +321,7 @@ void AddRunCommands(CLI::App& app, const GlobalOptions& global, Action* action) 
       struct Options {
         ClientOptions c;
         std::int64_t id = 0;
+        bool no_interposer = false;
       };
       auto o = std::make_shared<Options>();
       const std::string verb = what;
@@ -329,6 +332,11 @@ void AddRunCommands(CLI::App& app, const GlobalOptions& global, Action* action) 
                                   "docker-args ID) IMAGE");
       AddConnection(cmd, o->c);
       cmd->add_option("id", o->id, "Lease id")->required();
+      if (verb == "docker-args") {
+        cmd->add_flag("--no-interposer", o->no_interposer,
+                      "Print a share's arguments even when this machine's CUDA interposer is not "
+                      "found (the share is then not enforced in the container)");
+      }
       cmd->callback([o, action, verb] {
         *action = [o, verb] {
           json lease;
@@ -368,11 +376,31 @@ void AddRunCommands(CLI::App& app, const GlobalOptions& global, Action* action) 
             }
             return kExitOk;
           }
+          std::vector<std::string> args = lease["docker_args"].get<std::vector<std::string>>();
+          if (NeedsInterposer(LeaseEnv(lease))) {
+            // The service names the devices and limits; only this machine knows where its
+            // interposer and its slices' directory are.
+            if (absl::StatusOr<std::string> interposer = FindInterposer(); interposer.ok()) {
+              for (std::string& arg : DockerInterposerArgs(*interposer, shim::SliceDirectory())) {
+                args.push_back(std::move(arg));
+              }
+            } else if (o->no_interposer) {
+              std::cerr << "gpuslice: warning: " << interposer.status().message() << "; lease "
+                        << o->id << "'s share is NOT enforced in the container (--no-interposer)\n";
+            } else {
+              PrintError(absl::StrCat(
+                  "lease ", o->id,
+                  " is a share of a GPU, which only the CUDA interposer enforces, and ",
+                  interposer.status().message(),
+                  "; without it the share would not be enforced in the container "
+                  "(--no-interposer prints the arguments anyway)"));
+              return 1;
+            }
+          }
           if (o->c.json_output) {
-            PrintJson(lease["docker_args"]);
+            PrintJson(json(args));
           } else {
-            std::cout << absl::StrJoin(lease["docker_args"].get<std::vector<std::string>>(), " ")
-                      << "\n";
+            std::cout << absl::StrJoin(args, " ") << "\n";
           }
           return kExitOk;
         };

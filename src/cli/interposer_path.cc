@@ -44,6 +44,16 @@ std::string PrependPreload(const std::string& library, const std::string& curren
   return absl::StrJoin(parts, ":");
 }
 
+std::vector<std::string> DockerInterposerArgs(const std::string& host_interposer,
+                                              const std::string& host_slice_dir) {
+  constexpr const char* kInterposer = "/usr/lib/gpuslice/libgpuslice-cuda.so";
+  constexpr const char* kSliceDir = "/dev/shm/gpuslice";
+  return {"-v", absl::StrCat(host_interposer, ":", kInterposer, ":ro"),
+          "-e", absl::StrCat("LD_PRELOAD=", kInterposer),
+          "-v", absl::StrCat(host_slice_dir, ":", kSliceDir),
+          "-e", absl::StrCat("GPUSLICE_SHM_DIR=", kSliceDir)};
+}
+
 bool NeedsInterposer(const std::map<std::string, std::string>& env) {
   return env.contains("GPUSLICE_VRAM_LIMIT_MIB") || env.contains("GPUSLICE_COMPUTE_SHARE_MILLI");
 }

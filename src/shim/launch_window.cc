@@ -52,7 +52,8 @@ LaunchDecision DecideLaunch(const LaunchInput& in, LaunchState* state) {
     queue_end = in.others.busy + cost;  // it starts after their work
   }
   decision.publish.busy = queue_end;
-  if (in_own && cost <= length) decision.publish.overrun = std::min(queue_end, own_end_at + cost / 2);
+  if (in_own && cost <= length)
+    decision.publish.overrun = std::min(queue_end, own_end_at + cost / 2);
   state->queue_end_ns = queue_end;
   state->paid_until_ns = paid_until;
   return decision;

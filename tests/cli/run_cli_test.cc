@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -568,7 +569,12 @@ class StandInShareApi {
                      {"GPUSLICE_LEASE", std::to_string(id)},
                      {"GPUSLICE_VRAM_LIMIT_MIB", "8192"},
                      {"GPUSLICE_COMPUTE_SHARE_MILLI", "250"},
-                     {"GPUSLICE_SLICE", "lease-" + std::to_string(id)}}}};
+                     {"GPUSLICE_SLICE", "lease-" + std::to_string(id)}}},
+                   {"docker_args",
+                    {"--gpus", "\"device=" + gpu + "\"", "-e", "GPUSLICE_COMPUTE_SHARE_MILLI=250",
+                     "-e", "GPUSLICE_LEASE=" + std::to_string(id), "-e",
+                     "GPUSLICE_SLICE=lease-" + std::to_string(id), "-e",
+                     "GPUSLICE_VRAM_LIMIT_MIB=8192", "-e", "NVIDIA_VISIBLE_DEVICES=" + gpu}}};
     return id;
   }
   std::string State(std::int64_t id) {
@@ -692,6 +698,52 @@ TEST_F(RunShareStandInTest, LeaseEnvOfAShareAddsThisMachinesInterposerWhenThere)
   EXPECT_THAT(elsewhere.output, HasSubstr("export GPUSLICE_SLICE='lease-" + id + "'\n"));
   EXPECT_THAT(elsewhere.output, Not(HasSubstr("export LD_PRELOAD")));
   EXPECT_THAT(elsewhere.output, HasSubstr("not enforced"));
+}
+
+// A container gets the share enforced: this machine's interposer mounted read-only and preloaded,
+// and the host's slices' directory shared (so that its processes and every other process on the
+// GPU take turns on one schedule, and the agent sees their accounting). Without the interposer the
+// arguments are refused, as `run` refuses the command, unless --no-interposer.
+TEST_F(RunShareStandInTest, DockerArgsOfAShareMountAndPreloadTheInterposer) {
+  const std::string id = std::to_string(api_.Grant());
+  const std::string shm = dir_ + "/shm";
+  {
+    ScopedEnv interposer("GPUSLICE_INTERPOSER", interposer_);
+    ScopedEnv slices("GPUSLICE_SHM_DIR", shm);
+    Outcome docker = Gpuslice("lease docker-args " + id, /*with_stderr=*/false);
+    ASSERT_EQ(docker.exit_code, 0) << docker.output;
+    EXPECT_THAT(docker.output, StartsWith("--gpus \"device=GPU-"));
+    EXPECT_THAT(docker.output, HasSubstr("-e GPUSLICE_COMPUTE_SHARE_MILLI=250"));
+    EXPECT_THAT(docker.output, HasSubstr("-e GPUSLICE_SLICE=lease-" + id));
+    EXPECT_THAT(docker.output, HasSubstr("-v " + interposer_ +
+                                         ":/usr/lib/gpuslice/libgpuslice-cuda.so:ro -e "
+                                         "LD_PRELOAD=/usr/lib/gpuslice/libgpuslice-cuda.so"));
+    EXPECT_THAT(
+        docker.output,
+        HasSubstr("-v " + shm + ":/dev/shm/gpuslice -e GPUSLICE_SHM_DIR=/dev/shm/gpuslice"));
+    Outcome as_json = Gpuslice("lease docker-args " + id + " --json", /*with_stderr=*/false);
+    const json parsed = json::parse(as_json.output, nullptr, false);
+    ASSERT_TRUE(parsed.is_array()) << as_json.output;
+    EXPECT_NE(std::find(parsed.begin(), parsed.end(),
+                        json("LD_PRELOAD=/usr/lib/gpuslice/libgpuslice-cuda.so")),
+              parsed.end())
+        << as_json.output;
+  }
+  const std::string binary = BinaryWithoutInterposer(dir_);
+  if (binary.empty()) GTEST_SKIP() << "an interposer is installed in /usr/lib/gpuslice";
+  const std::string missing = dir_ + "/no/libgpuslice-cuda.so";
+  Outcome refused = Shell("GPUSLICE_INTERPOSER='" + missing + "' '" + binary +
+                          "' lease docker-args " + id + " 2>&1");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr(missing));
+  EXPECT_THAT(refused.output, HasSubstr("would not be enforced in the container"));
+  EXPECT_THAT(refused.output, Not(HasSubstr("--gpus")));
+  Outcome anyway = Shell("GPUSLICE_INTERPOSER='" + missing + "' '" + binary +
+                         "' lease docker-args " + id + " --no-interposer 2>&1");
+  EXPECT_EQ(anyway.exit_code, 0) << anyway.output;
+  EXPECT_THAT(anyway.output, HasSubstr("NOT enforced in the container"));
+  EXPECT_THAT(anyway.output, HasSubstr("--gpus"));
+  EXPECT_THAT(anyway.output, Not(HasSubstr("LD_PRELOAD")));
 }
 
 }  // namespace

@@ -57,8 +57,7 @@ TEST(LaunchWindowTest, OutsideItsWindowWaitsForItsNextStart) {
   LaunchState state{kBase + 1 * kMs, 0};
   const LaunchState before = state;
   EXPECT_EQ(DecideLaunch(SliceA(kBase + 20 * kMs, kMs), &state).wait_until_ns, kBase + kPeriod);
-  EXPECT_EQ(DecideLaunch(SliceB(kBase + 3 * kMs, kMs), &state).wait_until_ns,
-            kBase + 12'500 * kUs);
+  EXPECT_EQ(DecideLaunch(SliceB(kBase + 3 * kMs, kMs), &state).wait_until_ns, kBase + 12'500 * kUs);
   EXPECT_EQ(state.queue_end_ns, before.queue_end_ns) << "waiting changes nothing";
   EXPECT_EQ(state.paid_until_ns, before.paid_until_ns);
 }
