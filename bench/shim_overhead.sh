@@ -34,11 +34,8 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 cd "$(dirname "$0")/.."
-if [[ ! -f "$build_dir/build.ninja" && ! -f "$build_dir/Makefile" ]]; then
-  scripts/build.sh "$build_dir" >/dev/null
-fi
-built=$(cmake --build "$build_dir" --target gpuslice_cuda cuda_probe gpuslice_fake_cuda 2>&1) ||
-  { tail -20 <<<"$built" >&2; exit 1; }
+source bench/shim_tools.sh
+build_shim_tools "$build_dir" || exit 1
 build_dir=$(cd "$build_dir" && pwd)
 shim="$build_dir/shim/libgpuslice-cuda.so"
 probe="$build_dir/tests/shim/cuda_probe"
