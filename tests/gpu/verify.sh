@@ -33,14 +33,18 @@
 #   share:A/B two processes in slices with compute shares A and B (milli) launching ~1 ms work
 #             kernels: each one's achieved share per 1 s window (work done / the solo rate) within
 #             +-0.05 of its share in every full window after the first
+#   share:wait-each:F-first  the same pair 250/750 with ~1.5 ms kernels, each process waiting for
+#             every kernel before it launches the next (PyTorch's pattern), F's process started
+#             first (it takes each period's first window), for both orders
 #   overhead  cuMemAlloc+cuMemFree and launches natively and under the interposer (cap set, no
 #             share), alternating: pass when < 1000 ns extra per pair and >= 97% of the launch rate
 #             (--fake: "info", the targets being a real GPU's)
 #   pytorch   PyTorch allocating 256 MiB tensors under a 2048 MiB cap until it raises
 #             OutOfMemoryError: pass when it stops at or below the cap
-#   pytorch:share  two PyTorch processes of bf16 matrix products (tests/gpu/torch_share.py) in
-#             slices of 250 and 750: each one's products per 1 s window against its solo rate
-#             within +-0.05 of its share, as for the probe (the runtime's and cuBLAS's launches)
+#   pytorch:share:F-first  two PyTorch processes of bf16 matrix products
+#             (tests/gpu/torch_share.py) in slices of 250 and 750, F's started first: each one's
+#             products per 1 s window against its solo rate within +-0.05 of its share, as for the
+#             probe (the runtime's and cuBLAS's launches), for both orders
 # It prints a summary table, then one line per check:
 #   gpu-verify <check> <pass|fail|skipped|info> <details>
 # Exit status: 0 when nothing failed, 1 when a check failed, 2 on bad usage.
@@ -210,6 +214,17 @@ shimmed() {
   shift
   timeout 120 env LD_PRELOAD="$shim" GPUSLICE_SHM_DIR="$work/shm" GPUSLICE_LOG=1 \
     GPUSLICE_SLICE="verify-$$-$slice" "${vars[@]}" "$probe" "$@" 2>>"$log"
+}
+
+# wait_joined DIR: until a process has joined a GPU's schedule in the slices' directory DIR (its
+# first launch under a share), at most 60 s. The first to join takes each period's first window.
+wait_joined() {
+  local tries
+  for ((tries = 0; tries < 600; ++tries)); do
+    compgen -G "$1/gpu-*" >/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
 }
 
 # used_memory (MiB) of process PID on the GPU, from nvidia-smi; the only new compute process when
@@ -417,6 +432,35 @@ else
     record "share:$share_a/$share_b" "$([[ $ok == 1 ]] && echo pass || echo fail)" \
       "achieved per window (want +-0.05): $text"
   done
+  # Each process waits for every ~1.5 ms kernel before launching the next, as PyTorch's products
+  # below do; each order of joining the schedule once.
+  arg_each=$(calc "int($rate * 1.5 / 1000)")
+  for first in 250 750; do
+    second=$((1000 - first))
+    shm_each="$work/shm-each-$first"
+    mkdir -p "$shm_each"
+    for share in $first $second; do
+      shimmed "each-$first-$share" GPUSLICE_SHM_DIR="$shm_each" \
+        GPUSLICE_COMPUTE_SHARE_MILLI="$share" GPUSLICE_SHARE_POLICY=strict -- \
+        launch --kernel work --arg "$arg_each" --seconds "$share_seconds" --in-flight 1 \
+        >"$work/each.$share" &
+      bg_pids+=($!)
+      [[ $share == "$first" ]] && { wait_joined "$shm_each" || say "no schedule in $shm_each"; }
+    done
+    wait
+    bg_pids=()
+    ok=1
+    text=""
+    for share in 250 750; do
+      out=$(cat "$work/each.$share")
+      echo "wait-each, $first first, share $share: $out" >>"$log"
+      verdict=$(share_verdict "$(array work_per_window "$out")" "$rate" "$share" "$share_seconds")
+      ((${verdict%% *} == 1)) || ok=0
+      text+="${text:+; }$share: ${verdict#* }"
+    done
+    record "share:wait-each:$first-first" "$([[ $ok == 1 ]] && echo pass || echo fail)" \
+      "achieved per window (want +-0.05): $text"
+  done
 fi
 
 # --- (d) overhead -----------------------------------------------------------------------------
@@ -497,41 +541,50 @@ fi
 # the runtime's and cuBLAS's launches reach the throttle, judged like the probe's shares.
 section "pytorch:share: bf16 matrix products in two slices, 250/750"
 if [[ "${torch_ok:-0}" != 1 ]]; then
-  record pytorch:share skipped "$([[ $fake == 1 ]] && echo "--fake" || echo "no PyTorch")"
+  for first in 250 750; do
+    record "pytorch:share:$first-first" skipped "$([[ $fake == 1 ]] && echo "--fake" || echo "no PyTorch")"
+  done
 else
   solo=$(timeout 120 python3 "$repo/tests/gpu/torch_share.py" --seconds 3 2>>"$log" | tail -1)
   say "alone: $solo"
   torch_rate=$(awk -v w="$(array work_per_window "$solo")" 'BEGIN { n = split(w, v, " "); best = 0
     for (i = 2; i <= n; ++i) if (v[i] > best) best = v[i]; print best }')
   if ! ((torch_rate > 0)); then
-    record pytorch:share fail "the solo run failed (see the log): $solo"
+    for first in 250 750; do
+      record "pytorch:share:$first-first" fail "the solo run failed (see the log): $solo"
+    done
   else
-    share_seconds=8
-    i=0
-    for share in 250 750; do
-      timeout 180 env LD_PRELOAD="$shim" GPUSLICE_SHM_DIR="$work/shm" GPUSLICE_LOG=1 \
-        GPUSLICE_SLICE="verify-$$-torch-share-$i" GPUSLICE_COMPUTE_SHARE_MILLI=$share \
-        GPUSLICE_SHARE_POLICY=strict GPUSLICE_CONTEXT_RESERVE_MIB=$context_mib \
-        python3 "$repo/tests/gpu/torch_share.py" --seconds $share_seconds >"$work/torch_share.$i" \
-        2>>"$log" &
-      bg_pids+=($!)
-      i=$((i + 1))
+    # The second process starts once the first has joined the schedule (after PyTorch's start-up,
+    # a few seconds): 12 s each leaves both running together for most windows. A strict slice
+    # running alone is held to its share too.
+    share_seconds=12
+    for first in 250 750; do
+      second=$((1000 - first))
+      shm_torch="$work/shm-torch-$first"
+      mkdir -p "$shm_torch"
+      for share in $first $second; do
+        timeout 180 env LD_PRELOAD="$shim" GPUSLICE_SHM_DIR="$shm_torch" GPUSLICE_LOG=1 \
+          GPUSLICE_SLICE="verify-$$-torch-$first-$share" GPUSLICE_COMPUTE_SHARE_MILLI=$share \
+          GPUSLICE_SHARE_POLICY=strict GPUSLICE_CONTEXT_RESERVE_MIB=$context_mib \
+          python3 "$repo/tests/gpu/torch_share.py" --seconds $share_seconds \
+          >"$work/torch_share.$share" 2>>"$log" &
+        bg_pids+=($!)
+        [[ $share == "$first" ]] && { wait_joined "$shm_torch" || say "no schedule in $shm_torch"; }
+      done
+      wait
+      bg_pids=()
+      ok=1
+      text=""
+      for share in 250 750; do
+        out=$(tail -1 "$work/torch_share.$share")
+        say "$first first, share $share: $out"
+        verdict=$(share_verdict "$(array work_per_window "$out")" "$torch_rate" "$share" "$share_seconds")
+        ((${verdict%% *} == 1)) || ok=0
+        text+="${text:+; }$share: ${verdict#* }"
+      done
+      record "pytorch:share:$first-first" "$([[ $ok == 1 ]] && echo pass || echo fail)" \
+        "solo $torch_rate products/s; achieved per window (want +-0.05): $text"
     done
-    wait
-    bg_pids=()
-    ok=1
-    text=""
-    i=0
-    for share in 250 750; do
-      out=$(tail -1 "$work/torch_share.$i")
-      say "share $share: $out"
-      verdict=$(share_verdict "$(array work_per_window "$out")" "$torch_rate" "$share" "$share_seconds")
-      ((${verdict%% *} == 1)) || ok=0
-      text+="${text:+; }$share: ${verdict#* }"
-      i=$((i + 1))
-    done
-    record pytorch:share "$([[ $ok == 1 ]] && echo pass || echo fail)" \
-      "solo $torch_rate products/s; achieved per window (want +-0.05): $text"
   fi
 fi
 
