@@ -161,6 +161,7 @@ Throttle::Ticket Throttle::Before(cuda::CUstream stream, bool per_thread, const 
     }
   }
   if (limit_ && schedule_.Joined()) {
+    std::lock_guard<std::mutex> turn(turn_mutex_);
     const std::uint64_t share = static_cast<std::uint64_t>(accounting_->ShareMilli());
     const auto cost = static_cast<std::uint64_t>(estimate > 0 ? estimate : 0);
     std::uint64_t waited = 0;
@@ -278,6 +279,7 @@ void Throttle::Reset() {
   // The parent's events and contexts are not the child's; another thread of the parent may have
   // held the mutex at fork.
   new (&mutex_) std::mutex();
+  new (&turn_mutex_) std::mutex();
   pending_.clear();
   free_events_.clear();
   estimates_.clear();

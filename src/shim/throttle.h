@@ -83,6 +83,10 @@ class Throttle {
   bool time_ = false;
   std::string shm_dir_;
   std::mutex mutex_;
+  // Held while a launch waits for its turn: the launch state and the feedback's history belong to
+  // the process, and its threads take their turns one at a time. Never held with mutex_ taken
+  // first.
+  std::mutex turn_mutex_;
   std::deque<Pending> pending_;
   std::unordered_map<cuda::CUcontext, std::vector<cuda::CUevent>> free_events_;
   std::unordered_map<const void*, std::int64_t> estimates_;
