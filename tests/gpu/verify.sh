@@ -139,6 +139,22 @@ share_verdict() {
     }
     printf "%d %s", ok, list }'
 }
+# judge_shares CHECK RATE SECONDS PREFIX NOTE SHARE...: each SHARE's run printed its JSON last in
+# PREFIX.SHARE; records CHECK, pass when every run's full windows are within +-0.05 of its share
+# (share_verdict against the solo RATE), with NOTE before the achieved shares.
+judge_shares() {
+  local check=$1 rate=$2 seconds=$3 prefix=$4 note=$5 ok=1 text="" share out verdict
+  shift 5
+  for share in "$@"; do
+    out=$(tail -1 "$prefix.$share")
+    echo "$check, share $share: $out" >>"$log"
+    verdict=$(share_verdict "$(array work_per_window "$out")" "$rate" "$share" "$seconds")
+    ((${verdict%% *} == 1)) || ok=0
+    text+="${text:+; }$share: ${verdict#* }"
+  done
+  record "$check" "$([[ $ok == 1 ]] && echo pass || echo fail)" \
+    "${note}achieved per window (want +-0.05): $text"
+}
 mib() { awk -v b="${1:-0}" 'BEGIN { printf "%.0f", b / 1048576 }'; }
 
 # --- build ------------------------------------------------------------------------------------
@@ -404,33 +420,18 @@ else
   share_seconds=8
   for pair in "250 750" "100 900"; do
     read -r share_a share_b <<<"$pair"
-    outs=()
-    i=0
     for share in $share_a $share_b; do
-      shimmed "share-$share_a-$share_b-$i" GPUSLICE_COMPUTE_SHARE_MILLI="$share" \
+      shimmed "share-$share_a-$share_b-$share" GPUSLICE_COMPUTE_SHARE_MILLI="$share" \
         GPUSLICE_SHARE_POLICY=strict -- \
-        launch --kernel work --arg "$arg" --seconds "$share_seconds" >"$work/share.$i" &
+        launch --kernel work --arg "$arg" --seconds "$share_seconds" \
+        >"$work/share-$share_a-$share_b.$share" &
       bg_pids+=($!)
-      outs+=("$work/share.$i")
-      i=$((i + 1))
     done
     wait
     bg_pids=()
-    ok=1
-    text=""
-    i=0
-    for share in $share_a $share_b; do
-      out=$(cat "${outs[$i]}")
-      echo "share $share: $out" >>"$log"
-      windows=$(array work_per_window "$out")
-      # Windows 1 .. seconds-1 are the full ones after the first.
-      verdict=$(share_verdict "$windows" "$rate" "$share" "$share_seconds")
-      ((${verdict%% *} == 1)) || ok=0
-      text+="${text:+; }$share: ${verdict#* }"
-      i=$((i + 1))
-    done
-    record "share:$share_a/$share_b" "$([[ $ok == 1 ]] && echo pass || echo fail)" \
-      "achieved per window (want +-0.05): $text"
+    # Windows 1 .. seconds-1 are the full ones after the first.
+    judge_shares "share:$share_a/$share_b" "$rate" "$share_seconds" \
+      "$work/share-$share_a-$share_b" "" $share_a $share_b
   done
   # Each process waits for every ~1.5 ms kernel before launching the next, as PyTorch's products
   # below do; each order of joining the schedule once.
@@ -443,23 +444,14 @@ else
       shimmed "each-$first-$share" GPUSLICE_SHM_DIR="$shm_each" \
         GPUSLICE_COMPUTE_SHARE_MILLI="$share" GPUSLICE_SHARE_POLICY=strict -- \
         launch --kernel work --arg "$arg_each" --seconds "$share_seconds" --in-flight 1 \
-        >"$work/each.$share" &
+        >"$work/each-$first.$share" &
       bg_pids+=($!)
       [[ $share == "$first" ]] && { wait_joined "$shm_each" || say "no schedule in $shm_each"; }
     done
     wait
     bg_pids=()
-    ok=1
-    text=""
-    for share in 250 750; do
-      out=$(cat "$work/each.$share")
-      echo "wait-each, $first first, share $share: $out" >>"$log"
-      verdict=$(share_verdict "$(array work_per_window "$out")" "$rate" "$share" "$share_seconds")
-      ((${verdict%% *} == 1)) || ok=0
-      text+="${text:+; }$share: ${verdict#* }"
-    done
-    record "share:wait-each:$first-first" "$([[ $ok == 1 ]] && echo pass || echo fail)" \
-      "achieved per window (want +-0.05): $text"
+    judge_shares "share:wait-each:$first-first" "$rate" "$share_seconds" "$work/each-$first" "" \
+      250 750
   done
 fi
 
@@ -567,23 +559,14 @@ else
           GPUSLICE_SLICE="verify-$$-torch-$first-$share" GPUSLICE_COMPUTE_SHARE_MILLI=$share \
           GPUSLICE_SHARE_POLICY=strict GPUSLICE_CONTEXT_RESERVE_MIB=$context_mib \
           python3 "$repo/tests/gpu/torch_share.py" --seconds $share_seconds \
-          >"$work/torch_share.$share" 2>>"$log" &
+          >"$work/torch-$first.$share" 2>>"$log" &
         bg_pids+=($!)
         [[ $share == "$first" ]] && { wait_joined "$shm_torch" || say "no schedule in $shm_torch"; }
       done
       wait
       bg_pids=()
-      ok=1
-      text=""
-      for share in 250 750; do
-        out=$(tail -1 "$work/torch_share.$share")
-        say "$first first, share $share: $out"
-        verdict=$(share_verdict "$(array work_per_window "$out")" "$torch_rate" "$share" "$share_seconds")
-        ((${verdict%% *} == 1)) || ok=0
-        text+="${text:+; }$share: ${verdict#* }"
-      done
-      record "pytorch:share:$first-first" "$([[ $ok == 1 ]] && echo pass || echo fail)" \
-        "solo $torch_rate products/s; achieved per window (want +-0.05): $text"
+      judge_shares "pytorch:share:$first-first" "$torch_rate" "$share_seconds" \
+        "$work/torch-$first" "solo $torch_rate products/s; " 250 750
     done
   fi
 fi
