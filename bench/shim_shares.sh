@@ -20,7 +20,9 @@ build_dir="${BUILD_DIR:-build}"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
-    --interposer) interposers+=("$(realpath "$2")"); shift 2 ;;
+    --interposer)
+      [[ -f "${2:-}" ]] || { echo "shim_shares.sh: no interposer at '${2:-}'" >&2; exit 2; }
+      interposers+=("$(realpath "$2")"); shift 2 ;;
     -*) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2; exit 2 ;;
     *) build_dir=$1; shift ;;
   esac
