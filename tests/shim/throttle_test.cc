@@ -269,27 +269,52 @@ TEST_F(ComputeShareTest, ASliceThatWaitsForEachKernelGetsItsShare) {
 
 // What a slice records as its GPU time (the feedback's measure, and gpuslice_slice_kernel_seconds)
 // is the time its kernels ran on the engine (the test library's trace), not the time they waited
-// behind the other slice's.
+// behind the other slice's. Each launch is timed from an event recorded just before it, so the
+// host's delay between the two calls counts too: 0.2-0.5% here when idle, up to 1.6% with two busy
+// loops beside the test (a process preempted between them). Waiting behind the other slice's
+// kernels made it 5-10%. A run outside the bounds is run once more and the second is judged, as
+// for the shares.
 TEST_F(ComputeShareTest, ASliceIsChargedOnlyForTheTimeItsKernelsRan) {
+  constexpr double kLow = 0.97;
+  constexpr double kHigh = 1.03;
   auto traced = [this](const std::string& slice, int milli) {
     std::map<std::string, std::string> env = Share(slice, milli);
     env["FAKE_CUDA_TRACE"] = dir_ / ("trace-" + slice);
     return env;
   };
-  const std::vector<Outcome> runs =
-      RunTogether({{KernelsOf1500us(1), traced("a", 250)}, {KernelsOf1500us(1), traced("b", 750)}});
-  for (const char* slice : {"a", "b"}) {
-    SCOPED_TRACE(slice);
-    std::uint64_t ran_ns = 0;
-    for (const Trace& t : ReadTrace(dir_ / (std::string("trace-") + slice))) {
-      ran_ns += t.end - t.start;
+  constexpr int kAttempts = 2;
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    // New slices each attempt: a slice's recorded time is kept across its processes.
+    const std::string a = "a" + std::to_string(attempt);
+    const std::string b = "b" + std::to_string(attempt);
+    RunTogether({{KernelsOf1500us(1), traced(a, 250)}, {KernelsOf1500us(1), traced(b, 750)}});
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> charged_and_ran;
+    bool within = true;
+    for (const std::string& slice : {a, b}) {
+      std::uint64_t ran_ns = 0;
+      for (const Trace& t : ReadTrace(dir_ / ("trace-" + slice))) {
+        ran_ns += t.end - t.start;
+      }
+      const absl::StatusOr<SliceSnapshot> snapshot = ReadSlice(SlicePath(dir_ / "shm", slice));
+      ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+      ASSERT_GT(ran_ns, 500'000'000u) << slice;
+      charged_and_ran[slice] = {snapshot->kernel_ns, ran_ns};
+      const double charged = static_cast<double>(snapshot->kernel_ns) / static_cast<double>(ran_ns);
+      std::cout << "attempt " << attempt << ", slice " << slice << ": charged / ran = " << charged
+                << "\n";
+      within = within && charged > kLow && charged < kHigh;
     }
-    const absl::StatusOr<SliceSnapshot> snapshot = ReadSlice(SlicePath(dir_ / "shm", slice));
-    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
-    ASSERT_GT(ran_ns, 500'000'000u);
-    const double charged = static_cast<double>(snapshot->kernel_ns) / static_cast<double>(ran_ns);
-    EXPECT_GT(charged, 0.97) << snapshot->kernel_ns << " ns charged, " << ran_ns << " ns ran";
-    EXPECT_LT(charged, 1.01) << snapshot->kernel_ns << " ns charged, " << ran_ns << " ns ran";
+    if (within || attempt == kAttempts) {
+      for (const auto& [slice, counts] : charged_and_ran) {
+        const auto [charged_ns, ran_ns] = counts;
+        const double charged = static_cast<double>(charged_ns) / static_cast<double>(ran_ns);
+        EXPECT_GT(charged, kLow) << slice << ": " << charged_ns << " ns charged, " << ran_ns
+                                 << " ns ran";
+        EXPECT_LT(charged, kHigh) << slice << ": " << charged_ns << " ns charged, " << ran_ns
+                                  << " ns ran";
+      }
+      return;
+    }
   }
 }
 
