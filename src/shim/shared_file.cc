@@ -46,18 +46,26 @@ void InitRobustMutex(pthread_mutex_t* mutex) {
 bool MapSharedFile(const std::string& path, std::size_t size, const std::string& what,
                    void (*init)(void* map, const void* context), const void* context,
                    SharedFile* out, std::string* error) {
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    *error = "cannot open the " + what + " " + path + ": " + std::strerror(errno);
-    return false;
-  }
-  fchmod(fd, 0666);  // past the umask: processes of any user share it
-  if (flock(fd, LOCK_EX) != 0) {
-    *error = "cannot lock the " + what + " " + path + ": " + std::strerror(errno);
-    close(fd);
-    return false;
-  }
+  int fd = -1;
   struct stat st {};
+  while (true) {
+    fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+      *error = "cannot open the " + what + " " + path + ": " + std::strerror(errno);
+      return false;
+    }
+    fchmod(fd, 0666);  // past the umask: processes of any user share it
+    if (flock(fd, LOCK_EX) != 0) {
+      *error = "cannot lock the " + what + " " + path + ": " + std::strerror(errno);
+      close(fd);
+      return false;
+    }
+    if (fstat(fd, &st) != 0 || st.st_nlink > 0) break;
+    // Removed (gpuslice's RemoveSlice, under this lock) between the open and the lock: the path
+    // now names no file or a new one, which the slice's next process would open. Open again.
+    flock(fd, LOCK_UN);
+    close(fd);
+  }
   bool ok = fstat(fd, &st) == 0;
   if (ok && static_cast<std::size_t>(st.st_size) < size) {
     ok = ftruncate(fd, static_cast<off_t>(size)) == 0;

@@ -6,7 +6,8 @@
 // exclusive flock, so two first openers cannot both initialise it — either finds a header that
 // matches (kRegionMagic, kRegionVersion, `size`) or, in a new file, calls `init` on the mapping
 // and then writes the header last. On failure it returns false with a sentence naming `what` and
-// the path, and leaves nothing open.
+// the path, and leaves nothing open. A file unlinked between its open and the lock (a slice
+// removed meanwhile) is not used: the path is opened again.
 #pragma once
 
 #include <pthread.h>

@@ -27,10 +27,13 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "temp_dir.h"
 
 extern char** environ;
 
 namespace gpuslice::shim::testing {
+
+using ::gpuslice::TempDir;
 
 inline constexpr std::uint64_t kMiB = 1ULL << 20;
 
@@ -40,33 +43,6 @@ inline std::uint64_t MonotonicNs() {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ULL +
          static_cast<std::uint64_t>(ts.tv_nsec);
 }
-
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it at destruction.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern =
-        std::string(base != nullptr && *base ? base : "/tmp") + "/gpuslice-XXXXXX";
-    std::vector<char> buffer(pattern.begin(), pattern.end());
-    buffer.push_back('\0');
-    if (mkdtemp(buffer.data()) != nullptr) path_ = buffer.data();
-  }
-  ~TempDir() {
-    if (!path_.empty()) {
-      std::error_code ignored;
-      std::filesystem::remove_all(path_, ignored);
-    }
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // What a finished child left.
 struct Outcome {
