@@ -21,7 +21,9 @@ LaunchDecision DecideLaunch(const LaunchInput& in, LaunchState* state) {
   const std::uint64_t own_end_at = period_start + in.window_end_ns;
   const bool in_own = phase >= in.window_start_ns && phase < in.window_end_ns;
   const std::uint64_t queue = std::max(state->queue_end_ns, now);
-  std::uint64_t paid_until = state->paid_until_ns;
+  // After a long launch of any of the slice's processes.
+  const std::uint64_t paid_before = std::max(state->paid_until_ns, in.slice.paid_until);
+  std::uint64_t paid_until = paid_before;
 
   if (now < paid_until) {
     decision.wait_until_ns = paid_until;
@@ -52,6 +54,7 @@ LaunchDecision DecideLaunch(const LaunchInput& in, LaunchState* state) {
     queue_end = in.others.busy + cost;  // it starts after their work
   }
   decision.publish.busy = queue_end;
+  if (paid_until > paid_before) decision.publish.paid_until = paid_until;
   if (in_own && cost <= length)
     decision.publish.overrun = std::min(queue_end, own_end_at + cost / 2);
   state->queue_end_ns = queue_end;

@@ -19,6 +19,7 @@
 //   * A launch longer than the whole window runs at once (inside the window or its extension)
 //     when the slice has nothing enqueued, and the slice then skips windows until its share has
 //     paid for it (`paid_until_ns`); the middle rule would let it take up to twice its window.
+//     The wait holds all the slice's processes (published: `slice.paid_until`).
 //   * A launch that still meets other slices' enqueued work is `contended`: it is predicted to
 //     start after that work, and its measured time is not to be trusted beyond its estimate.
 //   * Launching publishes when its work is predicted to end (`busy`) and, inside the window, the
@@ -30,16 +31,19 @@
 namespace gpuslice::shim {
 
 // When the work a slice enqueued is predicted to end (CLOCK_MONOTONIC ns; 0: none): all of it,
-// and what was launched inside the slice's own window.
+// and what was launched inside the slice's own window; and, after a launch longer than the
+// slice's window, until when the slice launches nothing.
 struct WorkEnds {
   std::uint64_t busy = 0;
   std::uint64_t overrun = 0;
+  std::uint64_t paid_until = 0;
 };
 
 // What a process carries from one launch to the next.
 struct LaunchState {
   std::uint64_t queue_end_ns = 0;   // when the work this process enqueued is predicted to end
   std::uint64_t paid_until_ns = 0;  // after a launch longer than the window: skip until then
+                                    // (the slice's, published, may be later)
 };
 
 struct LaunchInput {
@@ -51,6 +55,7 @@ struct LaunchInput {
   std::uint64_t cost_ns = 0;       // the launch's estimated GPU time
   std::uint64_t share_milli = 0;   // 1..1000
   WorkEnds others;                 // the latest the other slices published
+  WorkEnds slice;                  // what this slice's processes published (paid_until is read)
 };
 
 struct LaunchDecision {

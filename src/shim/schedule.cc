@@ -60,6 +60,7 @@ bool Schedule::Join(const std::string& directory, const char* gpu_uuid, const ch
       entry.policy = static_cast<std::uint32_t>(policy);
       entry.busy_until_ns = 0;
       entry.overrun_until_ns = 0;
+      entry.paid_until_ns = 0;
       schedule_->generation += 1;
     }
   }
@@ -164,6 +165,23 @@ void Schedule::Publish(const WorkEnds& ends) {
   ScheduleEntry& entry = schedule_->entries[entry_];
   RaiseTo(&entry.busy_until_ns, ends.busy);
   RaiseTo(&entry.overrun_until_ns, ends.overrun);
+  RaiseTo(&entry.paid_until_ns, ends.paid_until);
+}
+
+bool Schedule::ClaimPaid(std::uint64_t seen, std::uint64_t until) {
+  if (schedule_ == nullptr || entry_ < 0) return true;
+  return __atomic_compare_exchange_n(&schedule_->entries[entry_].paid_until_ns, &seen, until, false,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
+WorkEnds Schedule::Own() const {
+  WorkEnds own;
+  if (schedule_ == nullptr || entry_ < 0) return own;
+  const ScheduleEntry& entry = schedule_->entries[entry_];
+  own.busy = __atomic_load_n(&entry.busy_until_ns, __ATOMIC_RELAXED);
+  own.overrun = __atomic_load_n(&entry.overrun_until_ns, __ATOMIC_RELAXED);
+  own.paid_until = __atomic_load_n(&entry.paid_until_ns, __ATOMIC_RELAXED);
+  return own;
 }
 
 WorkEnds Schedule::Others() const {

@@ -15,8 +15,10 @@
 //   * Window gives the slice's window as offsets [start, end) in the period, in ns; it re-reads
 //     the file only when its generation changed. Sweep frees dead slices' entries (at most once a
 //     second). Thread-safe.
-//   * Publish raises the slice's predicted ends of enqueued work (never lowers them); Others
-//     gives the latest of the other slices' (0 when none). Lock-free.
+//   * Publish raises the slice's predicted ends of enqueued work (never lowers them); Own gives
+//     what the slice's processes published (this one's included), Others the latest of the other
+//     slices' (0 when none). ClaimPaid lets one process of the slice at a time start paying
+//     for a long launch. Lock-free.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +40,10 @@ class Schedule {
   int Slices();
   void Sweep(std::uint64_t now_ns);
   void Publish(const WorkEnds& ends);
+  WorkEnds Own() const;
+  // Moves the slice's paid_until from `seen` (as Own gave it) to `until`; false when another
+  // process of the slice moved it first.
+  bool ClaimPaid(std::uint64_t seen, std::uint64_t until);
   WorkEnds Others() const;
   void ForgetAfterFork();
 

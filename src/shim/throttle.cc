@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <ctime>
 #include <limits>
@@ -180,12 +181,23 @@ Throttle::Ticket Throttle::Before(cuda::CUstream stream, bool per_thread, const 
       in.now_ns = now;
       in.period_ns = kSchedulePeriodNs;
       schedule_.Window(&in.window_start_ns, &in.window_end_ns);
+      in.slice = schedule_.Own();
       in.extension_ns = Extension(now, in.window_end_ns - in.window_start_ns);
       in.cost_ns = cost;
       in.share_milli = share;
       in.others = schedule_.Others();
+      const LaunchState before = launch_;
       decision = DecideLaunch(in, &launch_);
-      if (decision.wait_until_ns == 0) break;
+      if (decision.wait_until_ns == 0) {
+        // A long launch: one process of the slice at a time takes the slice's turn to pay for it.
+        if (decision.publish.paid_until == 0 ||
+            schedule_.ClaimPaid(in.slice.paid_until, decision.publish.paid_until)) {
+          break;
+        }
+        launch_ = before;  // another process of the slice made its long launch first
+        now = MonotonicNs();
+        continue;
+      }
       const std::uint64_t next = decision.wait_until_ns;
       timespec until{static_cast<time_t>(next / 1'000'000'000),
                      static_cast<long>(next % 1'000'000'000)};

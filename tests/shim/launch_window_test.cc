@@ -186,5 +186,30 @@ TEST(LaunchWindowTest, ALaunchLongerThanTheWindowRunsAtOnceAndIsPaidFor) {
   EXPECT_EQ(DecideLaunch(SliceA(kBase + 1 * kMs, 20 * kMs), &busy).wait_until_ns, kBase + 2 * kMs);
 }
 
+// The wait after a long launch holds every process of the slice, not only the one that made it.
+TEST(LaunchWindowTest, ALongLaunchOfOneProcessHoldsTheSlicesOthers) {
+  LaunchState first;
+  const LaunchDecision d = DecideLaunch(SliceA(kBase + 1 * kMs, 20 * kMs), &first);
+  ASSERT_EQ(d.wait_until_ns, 0u);
+  EXPECT_EQ(d.publish.paid_until, kBase + 81 * kMs) << "published for the slice's processes";
+  // Another process of the slice, with nothing of its own enqueued: short or long, its launches
+  // wait until the share has paid for the first's.
+  for (std::uint64_t now : {kBase + 2 * kMs, kBase + kPeriod + 1 * kMs}) {
+    for (std::uint64_t cost : {1 * kMs, 20 * kMs}) {
+      LaunchState second;
+      LaunchInput in = SliceA(now, cost);
+      in.slice = d.publish;
+      EXPECT_EQ(DecideLaunch(in, &second).wait_until_ns, kBase + 81 * kMs) << now << " " << cost;
+    }
+  }
+  // Its own later launches publish nothing new to pay for.
+  LaunchInput in = SliceA(kBase + kPeriod + 1 * kMs, kMs);
+  in.now_ns = kBase + 2 * kPeriod + 1 * kMs;
+  in.slice = d.publish;
+  const LaunchDecision later = DecideLaunch(in, &first);
+  EXPECT_EQ(later.wait_until_ns, 0u);
+  EXPECT_EQ(later.publish.paid_until, 0u);
+}
+
 }  // namespace
 }  // namespace gpuslice::shim

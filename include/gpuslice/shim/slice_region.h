@@ -105,7 +105,8 @@ struct SliceRegion {
 // and initialisation rules as SliceRegion. The slice's processes publish when the work they
 // enqueued is predicted to end (CLOCK_MONOTONIC): `busy_until_ns` for all of it, and
 // `overrun_until_ns` for what was launched inside the slice's own window, which the next slice
-// waits for (src/shim/throttle.h). Both only rise.
+// waits for (src/shim/throttle.h); after a launch longer than the slice's window,
+// `paid_until_ns`, until which the slice's processes launch nothing. All three only rise.
 inline constexpr int kMaxScheduledSlices = 64;
 inline constexpr std::uint64_t kSchedulePeriodNs = 50'000'000;
 
@@ -115,6 +116,7 @@ struct ScheduleEntry {
   std::uint32_t policy;            // SharePolicy
   std::uint64_t busy_until_ns;     // atomic
   std::uint64_t overrun_until_ns;  // atomic
+  std::uint64_t paid_until_ns;     // atomic
 };
 
 struct GpuSchedule {
