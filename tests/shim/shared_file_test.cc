@@ -61,18 +61,25 @@ bool SomeoneWaitsForTheFlock(ino_t inode) {
   return false;
 }
 
-TEST(SharedFileTest, ANewFileIsInitialisedOnceAndGetsItsHeader) {
-  TempDir dir;
-  int inits = 0;
+// Each test maps `path_` (in a fresh directory) with CountInit counting into `inits_`.
+class SharedFileTest : public ::testing::Test {
+ protected:
+  bool Map(SharedFile* file, std::string* error) {
+    return MapSharedFile(path_, kSize, "test file", CountInit, &inits_, file, error);
+  }
+
+  TempDir dir_;
+  const std::string path_ = dir_ / "slice-x";
+  int inits_ = 0;
+};
+
+TEST_F(SharedFileTest, ANewFileIsInitialisedOnceAndGetsItsHeader) {
   SharedFile first;
   std::string error;
-  ASSERT_TRUE(MapSharedFile(dir / "slice-x", kSize, "test file", CountInit, &inits, &first, &error))
-      << error;
+  ASSERT_TRUE(Map(&first, &error)) << error;
   SharedFile second;
-  ASSERT_TRUE(
-      MapSharedFile(dir / "slice-x", kSize, "test file", CountInit, &inits, &second, &error))
-      << error;
-  EXPECT_EQ(inits, 1);
+  ASSERT_TRUE(Map(&second, &error)) << error;
+  EXPECT_EQ(inits_, 1);
   const auto* header = static_cast<const Header*>(second.map);
   EXPECT_EQ(header->magic, kRegionMagic);
   EXPECT_EQ(header->version, kRegionVersion);
@@ -82,19 +89,15 @@ TEST(SharedFileTest, ANewFileIsInitialisedOnceAndGetsItsHeader) {
   Unmap(&second);
 }
 
-TEST(SharedFileTest, AFileOfAnotherLayoutIsRefusedAndLeftAsItIs) {
-  TempDir dir;
-  int inits = 0;
+TEST_F(SharedFileTest, AFileOfAnotherLayoutIsRefusedAndLeftAsItIs) {
   SharedFile file;
   std::string error;
-  ASSERT_TRUE(MapSharedFile(dir / "slice-x", kSize, "test file", CountInit, &inits, &file, &error))
-      << error;
+  ASSERT_TRUE(Map(&file, &error)) << error;
   static_cast<Header*>(file.map)->version = kRegionVersion + 1;
   SharedFile again;
-  EXPECT_FALSE(
-      MapSharedFile(dir / "slice-x", kSize, "test file", CountInit, &inits, &again, &error));
+  EXPECT_FALSE(Map(&again, &error));
   EXPECT_NE(error.find("another layout"), std::string::npos) << error;
-  EXPECT_NE(error.find(dir / "slice-x"), std::string::npos) << error;
+  EXPECT_NE(error.find(path_), std::string::npos) << error;
   EXPECT_EQ(again.map, nullptr);
   EXPECT_EQ(static_cast<Header*>(file.map)->version, kRegionVersion + 1);
   Unmap(&file);
@@ -103,38 +106,34 @@ TEST(SharedFileTest, AFileOfAnotherLayoutIsRefusedAndLeftAsItIs) {
 // The remover holds the flock; the opener has the file open and waits for the lock; the remover
 // unlinks the file and lets go. The opener must not keep the unlinked file (its accounting would
 // be seen by no one): it opens the path again and creates the slice's file anew.
-TEST(SharedFileTest, AFileRemovedWhileItWasOpenedIsOpenedAgain) {
-  TempDir dir;
-  const std::string path = dir / "slice-x";
-  int inits = 0;
+TEST_F(SharedFileTest, AFileRemovedWhileItWasOpenedIsOpenedAgain) {
   SharedFile old;
   std::string error;
-  ASSERT_TRUE(MapSharedFile(path, kSize, "test file", CountInit, &inits, &old, &error)) << error;
+  ASSERT_TRUE(Map(&old, &error)) << error;
   struct stat removed {};
   ASSERT_EQ(fstat(old.fd, &removed), 0);
   ASSERT_EQ(flock(old.fd, LOCK_EX), 0);
 
   SharedFile opened;
   std::string open_error;
-  std::future<bool> opener = std::async(std::launch::async, [&] {
-    return MapSharedFile(path, kSize, "test file", CountInit, &inits, &opened, &open_error);
-  });
+  std::future<bool> opener =
+      std::async(std::launch::async, [&] { return Map(&opened, &open_error); });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!SomeoneWaitsForTheFlock(removed.st_ino) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ASSERT_TRUE(SomeoneWaitsForTheFlock(removed.st_ino)) << "the opener never waited for the lock";
-  ASSERT_EQ(unlink(path.c_str()), 0);
+  ASSERT_EQ(unlink(path_.c_str()), 0);
   flock(old.fd, LOCK_UN);
 
   ASSERT_TRUE(opener.get()) << open_error;
   struct stat now_at_path {};
-  ASSERT_EQ(stat(path.c_str(), &now_at_path), 0) << "the opener did not create the file again";
+  ASSERT_EQ(stat(path_.c_str(), &now_at_path), 0) << "the opener did not create the file again";
   struct stat mapped {};
   ASSERT_EQ(fstat(opened.fd, &mapped), 0);
   EXPECT_GT(mapped.st_nlink, 0u);
   EXPECT_EQ(mapped.st_ino, now_at_path.st_ino);
-  EXPECT_EQ(inits, 2);  // the new file was initialised
+  EXPECT_EQ(inits_, 2);  // the new file was initialised
   Unmap(&opened);
   Unmap(&old);
 }
