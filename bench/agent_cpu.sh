@@ -65,7 +65,7 @@ wait_for() {  # wait_for SECONDS COMMAND...: polls every 0.2 s
 
 serve_port=$(free_port)
 "$bin" serve --sim-fleet 1xL4 --listen "127.0.0.1:$serve_port" --db "$work/g.db" \
-  --admin-token-file "$work/t" --tick 1 >"$work/serve.log" 2>&1 &
+  --admin-token-file "$work/t" --tick 1 --insecure >"$work/serve.log" 2>&1 &
 pids+=($!)
 serve_ok() { http_get "$serve_port" /v1/health 2>/dev/null | grep -q '"ok"'; }
 wait_for 30 serve_ok
@@ -73,7 +73,7 @@ export GPUSLICE_SERVER="http://127.0.0.1:$serve_port" GPUSLICE_TOKEN
 GPUSLICE_TOKEN=$(head -1 "$work/t")
 "$bin" admin tenant bench --quota small=56 >/dev/null
 user_token=$("$bin" admin user bench-user --tenant bench | head -1)
-agent_token=$("$bin" admin user bench-agent --agent | head -1)
+agent_token=$("$bin" admin user bench-agent --agent --machine bench-node | head -1)
 
 # The agent's machine: 8 H100-80GB, MIG on, no instances yet.
 "$bin" sim create "$work/machine.json" 8xH100-80GB >/dev/null

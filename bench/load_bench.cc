@@ -4,7 +4,10 @@
 // database on the same machine (one INSERT + COMMIT at a time), so the service's cost is a ratio.
 //
 //   load_bench --store sqlite|postgres [--url postgres://...] [--clients N] [--seconds S]
-//              [--dir DIR] [--policy NAME]
+//              [--dir DIR] [--policy NAME] [--tls]
+//
+// With --tls the server speaks TLS (a self-signed certificate made in --dir, as `serve` makes
+// by default) and each client verifies it and sends its requests over its own TLS connection.
 //
 // Each client loops: POST /v1/leases {"class":"small"} (timed: the acquire latency), then
 // DELETE /v1/leases/{id}. ops_per_s counts both calls. The fleet is simulated: 8 machines of 8
@@ -17,10 +20,12 @@
 // server it measures. The latency is still the whole HTTP exchange on loopback: from before the
 // request is written to after the whole response is read. Ends with one line:
 //   load <sqlite|postgres> clients=<n> ops_per_s=<x> p50_ms=<y> p99_ms=<z> raw_txn_per_s=<w>
+//        transport=<plain|tls>
 // Exit status: 0 done, 1 a request failed, 2 bad usage.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,6 +45,7 @@
 
 #include "gpuslice/alloc/service.h"
 #include "gpuslice/api/server.h"
+#include "gpuslice/api/tls.h"
 #include "gpuslice/hw/catalog.h"
 #include "gpuslice/store/database.h"
 #include "nlohmann/json.hpp"
@@ -57,14 +63,17 @@ struct Options {
   double seconds = 5;
   std::string dir;
   std::string policy = "gpuslice";
+  bool tls = false;
 };
 
 // One keep-alive HTTP/1.1 client connection (see the top of the file). Request() answers the
 // status code, or -1 when the connection failed; it reconnects when the server closed.
 class Client {
  public:
-  Client(int port, std::string authorization)
-      : port_(port),
+  // `tls`: a client context that verifies the server (null: plain HTTP).
+  Client(int port, std::string authorization, SSL_CTX* tls = nullptr)
+      : tls_(tls),
+        port_(port),
         host_header_("Host: 127.0.0.1:" + std::to_string(port) + "\r\n"),
         authorization_("Authorization: " + std::move(authorization) + "\r\n"),
         in_(64 * 1024) {}
@@ -104,16 +113,33 @@ class Client {
       return false;
     }
     begin_ = end_ = 0;
+    if (tls_ != nullptr) {
+      ssl_ = SSL_new(tls_);
+      if (ssl_ == nullptr || SSL_set_fd(ssl_, fd_) != 1 || SSL_connect(ssl_) != 1) {
+        Close();
+        return false;
+      }
+    }
     return true;
   }
   void Close() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+    ssl_ = nullptr;
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
+  }
+  ssize_t Write(const char* data, size_t size) {
+    if (ssl_ != nullptr) return SSL_write(ssl_, data, static_cast<int>(size));
+    return ::send(fd_, data, size, MSG_NOSIGNAL);
+  }
+  ssize_t Read(char* data, size_t size) {
+    if (ssl_ != nullptr) return SSL_read(ssl_, data, static_cast<int>(size));
+    return ::recv(fd_, data, size, 0);
   }
   bool Send() {
     std::string_view left = out_;
     while (!left.empty()) {
-      const ssize_t n = ::send(fd_, left.data(), left.size(), MSG_NOSIGNAL);
+      const ssize_t n = Write(left.data(), left.size());
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return false;
       left.remove_prefix(static_cast<size_t>(n));
@@ -129,7 +155,7 @@ class Client {
     }
     if (end_ == in_.size()) in_.resize(in_.size() * 2);
     for (;;) {
-      const ssize_t n = ::recv(fd_, in_.data() + end_, in_.size() - end_, 0);
+      const ssize_t n = Read(in_.data() + end_, in_.size() - end_);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return false;
       end_ += static_cast<size_t>(n);
@@ -191,6 +217,8 @@ class Client {
            });
   }
 
+  SSL_CTX* tls_;
+  SSL* ssl_ = nullptr;
   int port_;
   std::string host_header_;
   std::string authorization_;
@@ -206,7 +234,7 @@ int Usage(const std::string& message) {
   if (!message.empty()) std::cerr << "load_bench: " << message << "\n";
   std::cerr << "usage: load_bench --store sqlite|postgres [--url URL] [--clients N] [--seconds S] "
                "[--policy NAME]"
-               " [--dir DIR]\n";
+               " [--dir DIR] [--tls]\n";
   return 2;
 }
 
@@ -279,7 +307,7 @@ int Run(const Options& o) {
     std::cerr << "load_bench: " << service.status() << "\n";
     return 1;
   }
-  const alloc::Caller admin{"bench", "", alloc::Role::kAdmin};
+  const alloc::Caller admin{"bench", "", alloc::Role::kAdmin, ""};
   std::vector<std::string> tokens;
   for (int t = 0; t < 4; ++t) {
     alloc::TenantSpec tenant;
@@ -299,6 +327,26 @@ int Run(const Options& o) {
   }
   api::ServerOptions server_options;
   server_options.port = 0;
+  std::unique_ptr<api::TlsServerContext> server_tls;
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> client_tls(nullptr, SSL_CTX_free);
+  if (o.tls) {
+    const std::string cert = (fs::path(o.dir) / "load-bench.crt").string();
+    const std::string key = (fs::path(o.dir) / "load-bench.key").string();
+    absl::Status made = api::MakeSelfSignedCertificate(cert, key, {"127.0.0.1"});
+    absl::StatusOr<std::unique_ptr<api::TlsServerContext>> loaded =
+        made.ok() ? api::TlsServerContext::Load(cert, key)
+                  : absl::StatusOr<std::unique_ptr<api::TlsServerContext>>(made);
+    client_tls.reset(SSL_CTX_new(TLS_client_method()));
+    if (!loaded.ok() || client_tls == nullptr ||
+        SSL_CTX_load_verify_locations(client_tls.get(), cert.c_str(), nullptr) != 1) {
+      std::cerr << "load_bench: TLS: "
+                << (loaded.ok() ? "client context" : loaded.status().ToString()) << "\n";
+      return 1;
+    }
+    SSL_CTX_set_verify(client_tls.get(), SSL_VERIFY_PEER, nullptr);
+    server_tls = *std::move(loaded);
+    server_options.tls = server_tls->get();
+  }
   api::ApiServer server(**service, server_options);
   if (absl::Status s = server.Start(); !s.ok()) {
     std::cerr << "load_bench: " << s << "\n";
@@ -312,7 +360,8 @@ int Run(const Options& o) {
   const auto start = Clock::now();
   for (int c = 0; c < o.clients; ++c) {
     threads.emplace_back([&, c] {
-      Client client(server.port(), "Bearer " + tokens[static_cast<size_t>(c) % tokens.size()]);
+      Client client(server.port(), "Bearer " + tokens[static_cast<size_t>(c) % tokens.size()],
+                    client_tls.get());
       const std::string body = R"({"class":"small","purpose":"load benchmark","wait":false})";
       std::string response;
       while (!stop) {
@@ -351,8 +400,11 @@ int Run(const Options& o) {
       "acquire+release over HTTP: %lld calls in %.1f s by %d clients, %d errors; ratio to "
       "the raw durable transaction rate %.2f\n",
       static_cast<long long>(ops.load()), elapsed, o.clients, errors.load(), ops_per_s / *raw);
-  std::printf("load %s clients=%d ops_per_s=%.0f p50_ms=%.2f p99_ms=%.2f raw_txn_per_s=%.0f\n",
-              o.store.c_str(), o.clients, ops_per_s, percentile(0.50), percentile(0.99), *raw);
+  std::printf(
+      "load %s clients=%d ops_per_s=%.0f p50_ms=%.2f p99_ms=%.2f raw_txn_per_s=%.0f "
+      "transport=%s\n",
+      o.store.c_str(), o.clients, ops_per_s, percentile(0.50), percentile(0.99), *raw,
+      o.tls ? "tls" : "plain");
   return errors.load() == 0 ? 0 : 1;
 }
 
@@ -375,6 +427,8 @@ int main(int argc, char** argv) {
       o.policy = value();
     } else if (arg == "--dir") {
       o.dir = value();
+    } else if (arg == "--tls") {
+      o.tls = true;
     } else {
       return Usage("unknown argument " + arg);
     }

@@ -30,7 +30,9 @@ for _ in $(seq 50); do
   sleep 0.2
 done
 cat "$work/serve.log"
-export GPUSLICE_SERVER="http://127.0.0.1:$port"
+# serve speaks TLS with the self-signed certificate it made in $work on its first start.
+export GPUSLICE_SERVER="https://127.0.0.1:$port"
+export GPUSLICE_CA="$work/gpuslice-tls.crt"
 export GPUSLICE_TOKEN=$(cat "$work/gpuslice-admin.token")
 run admin tenant team-a --quota small=2 --quota medium=1
 ann=$("$g" admin user ann --tenant team-a)
@@ -51,7 +53,7 @@ run node show "$me"
 run audit
 kill -TERM $server && wait $server || true
 trap - EXIT
-unset GPUSLICE_SERVER GPUSLICE_TOKEN
+unset GPUSLICE_SERVER GPUSLICE_TOKEN GPUSLICE_CA
 
 section "2. The MIG explorer: is this H100 layout valid, and where does each instance go?"
 run check H100-80GB 3g.40gb,2g.20gb,1g.10gb,1g.10gb

@@ -146,6 +146,7 @@ absl::Status RunCommand(const spec::HookCommand& command,
   if (pid == 0) {
     // Child.
     ChildFailure failure;
+    ::signal(SIGPIPE, SIG_DFL);  // the gpuslice binary ignores it; a hook gets the usual default
     ::dup2(dev_null, STDIN_FILENO);
     ::dup2(STDERR_FILENO, STDOUT_FILENO);
     if (!command.workdir.empty() && ::chdir(command.workdir.c_str()) != 0) {

@@ -1,5 +1,6 @@
 #include "gpuslice/alloc/binder.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -50,6 +51,28 @@ class BackendBinder final : public DeviceBinder {
       BoundDevice device;
       device.gpu_uuid = gpu.uuid;
       device.gpu_index = gpu.index;
+      if (claim.mig_profile < 0 && claim.whole && gpu.mig_current == device::MigMode::kEnabled) {
+        // A whole GPU in MIG mode is usable by CUDA only as a MIG device: the instance of the
+        // profile that spans it (7g.80gb on an H100), never the bare GPU with no instance.
+        const geometry::Shape* shape = cluster.shape(node);
+        const int whole = shape == nullptr ? -1 : WholeGpuProfile(*shape);
+        if (whole < 0) {
+          return Undo(created, created_cis,
+                      absl::FailedPreconditionError(
+                          absl::StrCat("GPU ", gpu.index,
+                                       " is in MIG mode and its model has no profile that "
+                                       "spans it: a whole-GPU lease cannot be used there")));
+        }
+        bool made = false;
+        bool made_ci = false;
+        absl::Status status =
+            BindMig(*shape, gpu.index, shape->profile(whole), 0, again, &device, &made, &made_ci);
+        if (!status.ok()) return Undo(created, created_cis, status);
+        if (made) created.push_back(device);
+        if (!made && made_ci) created_cis.push_back(device);
+        bound.push_back(device);
+        continue;
+      }
       if (claim.mig_profile < 0) {
         device.uuid = gpu.uuid;
         if (!claim.whole) {
@@ -77,6 +100,19 @@ class BackendBinder final : public DeviceBinder {
       bound.push_back(device);
     }
     return bound;
+  }
+
+  // The standard profile that takes every placement unit from 0 (-1: none).
+  static int WholeGpuProfile(const geometry::Shape& shape) {
+    for (int p = 0; p < shape.profile_count(); ++p) {
+      const hw::GiProfile& profile = shape.profile(p);
+      if (profile.placement_size == shape.units() &&
+          profile.variant == hw::MediaVariant::kStandard &&
+          std::find(profile.starts.begin(), profile.starts.end(), 0) != profile.starts.end()) {
+        return p;
+      }
+    }
+    return -1;
   }
 
   bool Handles(const std::string& node) const override { return gpus_by_node_.contains(node); }

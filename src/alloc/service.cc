@@ -13,7 +13,9 @@
 #include "absl/strings/str_join.h"
 #include "gpuslice/alloc/inventory.h"
 #include "gpuslice/alloc/wire.h"
+#include "gpuslice/device/uuid.h"
 #include "gpuslice/hw/catalog.h"
+#include "gpuslice/util/utf8.h"
 #include "nlohmann/json.hpp"
 #include "service_internal.h"
 
@@ -168,7 +170,11 @@ std::map<std::string, std::string> LeaseEnvironment(const Lease& lease) {
   std::map<std::string, std::string> env;
   if (lease.bound.empty()) return env;
   std::vector<std::string> uuids;
-  for (const BoundDevice& d : lease.bound) uuids.push_back(d.uuid);
+  for (const BoundDevice& d : lease.bound) {
+    // Only what NVML could have named reaches a shell or docker (stored rows included).
+    if (!device::IsDeviceUuid(d.uuid)) return {};
+    uuids.push_back(d.uuid);
+  }
   const std::string visible = absl::StrJoin(uuids, ",");
   env["CUDA_VISIBLE_DEVICES"] = visible;
   env["NVIDIA_VISIBLE_DEVICES"] = visible;
@@ -327,13 +333,14 @@ absl::Status Service::Load() {
     *next = store::AsInt(r->rows[0][0]) + 1;
   }
   absl::StatusOr<store::Result> users =
-      db_->Query("SELECT name, tenant, role, token_hash FROM users");
+      db_->Query("SELECT name, tenant, role, token_hash, machine FROM users");
   if (!users.ok()) return users.status();
   for (const store::Row& row : users->rows) {
     Caller caller;
     caller.user = store::AsText(row[0]);
     caller.tenant = store::AsText(row[1]);
     caller.role = RoleFromName(store::AsText(row[2]));
+    caller.machine = store::AsText(row[4]);
     user_names_.insert(caller.user);
     users_by_token_hash_[store::AsText(row[3])] = caller;
   }
@@ -462,7 +469,7 @@ absl::Status Service::Load() {
       }
     }
     if (!adopted.ok()) {
-      const Caller system{"gpuslice", "", Role::kAdmin};
+      const Caller system{"gpuslice", "", Role::kAdmin, ""};
       Stage("UPDATE leases SET state = 'lost', ended_at = ? WHERE id = ?", {Now(), lease.id});
       Audited(system, lease.tenant, "lose", absl::StrCat("lease ", lease.id), lease.purpose,
               json{{"why", adopted.message()}}.dump());
@@ -508,12 +515,14 @@ void Service::Audited(const Caller& caller, const std::string& tenant, const std
 // ---- users and tokens
 
 absl::StatusOr<std::string> Service::CreateUser(const Caller& caller, const std::string& name,
-                                                const std::string& tenant, Role role) {
-  return Changing([&] { return CreateUserLocked(caller, name, tenant, role); });
+                                                const std::string& tenant, Role role,
+                                                const std::string& machine) {
+  return Changing([&] { return CreateUserLocked(caller, name, tenant, role, machine); });
 }
 
 absl::StatusOr<std::string> Service::CreateUserLocked(const Caller& caller, const std::string& name,
-                                                      const std::string& tenant, Role role) {
+                                                      const std::string& tenant, Role role,
+                                                      const std::string& machine) {
   if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
   if (!ValidName(name)) {
     return absl::InvalidArgumentError("user name: 1-64 letters, digits, '-', '_' or '.'");
@@ -524,6 +533,14 @@ absl::StatusOr<std::string> Service::CreateUserLocked(const Caller& caller, cons
   if (role != Role::kTenant && !tenant.empty()) {
     return absl::InvalidArgumentError("admins and agents belong to no tenant");
   }
+  if (role == Role::kAgent && !ValidName(machine)) {
+    return absl::InvalidArgumentError(
+        "machine: an agent's token is bound to one machine, named with 1-64 letters, digits, "
+        "'-', '_' or '.'");
+  }
+  if (role != Role::kAgent && !machine.empty()) {
+    return absl::InvalidArgumentError("machine: only an agent's token is bound to a machine");
+  }
   if (user_names_.contains(name)) {
     return absl::AlreadyExistsError(absl::StrCat("user '", name, "' exists"));
   }
@@ -531,11 +548,15 @@ absl::StatusOr<std::string> Service::CreateUserLocked(const Caller& caller, cons
   std::string token = "gs_";
   for (int i = 0; i < 8; ++i) absl::StrAppendFormat(&token, "%08x", random());
   const std::string hash = HashToken(token);
-  Stage("INSERT INTO users (name, tenant, role, token_hash, created_at) VALUES (?, ?, ?, ?, ?)",
-        {name, tenant.empty() ? Value{} : Value{tenant}, RoleName(role), hash, Now()});
-  Audited(caller, tenant, "user.create", name, "", json{{"role", RoleName(role)}}.dump());
+  Stage(
+      "INSERT INTO users (name, tenant, role, token_hash, created_at, machine) VALUES (?, ?, ?, ?, "
+      "?, ?)",
+      {name, tenant.empty() ? Value{} : Value{tenant}, RoleName(role), hash, Now(), machine});
+  json detail = {{"role", RoleName(role)}};
+  if (!machine.empty()) detail["machine"] = machine;
+  Audited(caller, tenant, "user.create", name, "", detail.dump());
   user_names_.insert(name);
-  users_by_token_hash_[hash] = Caller{name, tenant, role};
+  users_by_token_hash_[hash] = Caller{name, tenant, role, machine};
   return token;
 }
 
@@ -544,8 +565,8 @@ absl::StatusOr<std::optional<std::string>> Service::BootstrapAdmin(const std::st
     for (const auto& [hash, user] : users_by_token_hash_) {
       if (user.role == Role::kAdmin) return std::optional<std::string>();
     }
-    const Caller system{"gpuslice", "", Role::kAdmin};
-    absl::StatusOr<std::string> token = CreateUserLocked(system, name, "", Role::kAdmin);
+    const Caller system{"gpuslice", "", Role::kAdmin, ""};
+    absl::StatusOr<std::string> token = CreateUserLocked(system, name, "", Role::kAdmin, "");
     if (!token.ok()) return token.status();
     return std::optional<std::string>(*token);
   });
@@ -782,10 +803,23 @@ std::string Service::QuotaProblem(const TenantSpec& tenant, const std::string& c
     held_gib += active.lease.memory_gib;
     if (active.lease.class_name == class_name) ++held;
   }
-  if (auto it = tenant.max_slices.find(class_name);
-      it != tenant.max_slices.end() && held + 1 > it->second) {
-    return absl::StrFormat("over quota: tenant %s holds %d of its %d '%s' slices", tenant.name,
-                           held, it->second, class_name);
+  // Slice quotas are a list of what the tenant may take: with any, a class without one, a bare
+  // MIG profile ("profile:P") or a share is refused, so no request escapes the quotas by naming
+  // the same slice another way.
+  if (!tenant.max_slices.empty()) {
+    auto it = tenant.max_slices.find(class_name);
+    if (it == tenant.max_slices.end()) {
+      std::vector<std::string> allowed;
+      for (const auto& [name, max] : tenant.max_slices) allowed.push_back(name);
+      return absl::StrFormat(
+          "over quota: tenant %s has slice quotas, and only for the classes %s; '%s' is not one "
+          "of them (ask for one of those classes)",
+          tenant.name, absl::StrJoin(allowed, ", "), class_name);
+    }
+    if (held + 1 > it->second) {
+      return absl::StrFormat("over quota: tenant %s holds %d of its %d '%s' slices", tenant.name,
+                             held, it->second, class_name);
+    }
   }
   if (tenant.max_gib > 0 && held_gib + gib > tenant.max_gib + 1e-9) {
     return absl::StrFormat(
@@ -796,20 +830,35 @@ std::string Service::QuotaProblem(const TenantSpec& tenant, const std::string& c
   return "";
 }
 
+int Service::NvmlIndex(int node, int gpu) const {
+  const std::string& name = engine_.cluster().spec(node).name;
+  const std::string host = HostOf(name);
+  absl::StatusOr<std::vector<device::GpuInfo>> gpus = EffectiveGpus(host);
+  if (!gpus.ok()) return gpu;  // a machine that never reported: only the pool's count is known
+  int seen = 0;
+  for (const device::GpuInfo& g : *gpus) {
+    if (NodeNameFor(host, g, false) != name) continue;
+    if (seen++ == gpu) return g.index;
+  }
+  return gpu;
+}
+
 std::vector<std::string> Service::DeviceLines(int node,
                                               const std::vector<place::GpuClaim>& claims) const {
   const place::Cluster& cluster = engine_.cluster();
   std::vector<std::string> lines;
   for (const place::GpuClaim& claim : claims) {
     const geometry::Shape* shape = cluster.shape(node);
+    // The index nvidia-smi -i takes, not the GPU's position among its model's GPUs.
+    const int index = NvmlIndex(node, claim.gpu);
     if (claim.mig_profile >= 0 && shape != nullptr && claim.mig_profile < shape->profile_count()) {
-      lines.push_back(absl::StrCat("GPU ", claim.gpu, " MIG ",
-                                   shape->profile(claim.mig_profile).name, "@", claim.mig_start));
+      lines.push_back(absl::StrCat("GPU ", index, " MIG ", shape->profile(claim.mig_profile).name,
+                                   "@", claim.mig_start));
     } else if (claim.whole) {
-      lines.push_back(absl::StrCat("GPU ", claim.gpu));
+      lines.push_back(absl::StrCat("GPU ", index));
     } else {
       lines.push_back(
-          absl::StrCat("GPU ", claim.gpu, " share ", claim.milli, "m ", claim.vram_mib, " MiB"));
+          absl::StrCat("GPU ", index, " share ", claim.milli, "m ", claim.vram_mib, " MiB"));
     }
   }
   return lines;
@@ -869,7 +918,11 @@ absl::StatusOr<AcquireResult> Service::Acquire(const Caller& caller,
     const TenantSpec& tenant = tenant_it->second;
     if (request.purpose.empty()) return absl::InvalidArgumentError("purpose: required");
     if (request.purpose.size() > kMaxTextBytes) {
-      return absl::InvalidArgumentError("purpose: at most 1024 characters");
+      return absl::InvalidArgumentError("purpose: at most 1024 bytes");
+    }
+    if (!util::IsPrintableUtf8(request.purpose, true)) {
+      return absl::InvalidArgumentError(
+          "purpose: UTF-8 text without control characters (no NUL, no line breaks)");
     }
     if (request.ttl_s < 0 || request.ttl_s > kMaxTtlSeconds) {
       return absl::InvalidArgumentError("ttl_s: must be within 0..2592000 (30 days)");
@@ -1045,7 +1098,7 @@ absl::StatusOr<int> Service::GrantQueued() {
     lease.id = next_lease_++;
     InsertLease(lease, q.request);
     Stage("UPDATE queue SET state = 'granted' WHERE id = ?", {q.entry.id});
-    const Caller system{"gpuslice", "", Role::kAdmin};
+    const Caller system{"gpuslice", "", Role::kAdmin, ""};
     Audited(system, lease.tenant, "grant", absl::StrCat("lease ", lease.id), lease.purpose,
             json{{"class", lease.class_name},
                  {"node", lease.node},
@@ -1119,7 +1172,7 @@ absl::Status Service::CancelQueued(const Caller& caller, std::int64_t queue_id) 
 
 absl::StatusOr<int> Service::Tick(const std::function<std::int64_t(const Lease&)>& idle_seconds) {
   return Changing([&]() -> absl::StatusOr<int> {
-    const Caller system{"gpuslice", "", Role::kAdmin};
+    const Caller system{"gpuslice", "", Role::kAdmin, ""};
     const std::int64_t now = Now();
     std::vector<std::pair<std::int64_t, std::string>> ending;
     for (const auto& [id, active] : active_) {

@@ -4,13 +4,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "gpuslice/util/utf8.h"
 #include "service_internal.h"
 
 namespace gpuslice::alloc {
 
 using internal::json;
 using internal::kMaxTextBytes;
-using internal::NeedAdminOrAgent;
 
 namespace {
 
@@ -18,9 +18,9 @@ namespace {
 metrics::Alert Kept(const metrics::Alert& in, const std::string& host) {
   metrics::Alert out = in;
   out.host = host;
-  out.key = out.key.substr(0, kMaxTextBytes);
-  out.message = out.message.substr(0, kMaxTextBytes);
-  out.kind = out.kind.substr(0, 64);
+  out.key = util::Utf8Prefix(out.key, kMaxTextBytes);
+  out.message = util::Utf8Prefix(out.message, kMaxTextBytes);
+  out.kind = util::Utf8Prefix(out.kind, 64);
   return out;
 }
 
@@ -30,8 +30,8 @@ absl::Status Service::ReportAlerts(const Caller& caller, const std::string& host
                                    const metrics::AlertChanges& changes) {
   std::vector<std::pair<metrics::Alert, bool>> told;
   std::function<void(const metrics::Alert&, bool)> listener;
+  if (absl::Status s = CheckMachine(caller, host); !s.ok()) return s;
   absl::Status status = Changing([&]() -> absl::Status {
-    if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
     if (!remotes_.contains(host)) {
       return absl::NotFoundError(absl::StrCat("machine '", host, "' has not reported"));
     }
@@ -71,9 +71,11 @@ absl::Status Service::ReportAlerts(const Caller& caller, const std::string& host
 
 absl::StatusOr<Service::AlertList> Service::Alerts(const Caller& caller) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const bool everything = caller.role == Role::kAdmin || caller.role == Role::kAgent;
+  // Admins see every alert, an agent its machine's, a tenant's user those on its devices.
   auto visible = [&](const metrics::Alert& alert) {
-    return everything || (!caller.tenant.empty() && alert.tenant == caller.tenant);
+    if (caller.role == Role::kAdmin) return true;
+    if (caller.role == Role::kAgent) return !caller.machine.empty() && alert.host == caller.machine;
+    return !caller.tenant.empty() && alert.tenant == caller.tenant;
   };
   AlertList list;
   for (const auto& [host, active] : alerts_) {

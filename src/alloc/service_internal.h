@@ -29,6 +29,26 @@ inline absl::Status NeedAdminOrAgent(const Caller& caller) {
   return absl::OkStatus();
 }
 
+// Admins, and an agent for the machine its token is bound to.
+inline absl::Status NeedMachine(const Caller& caller, const std::string& host) {
+  if (caller.role == Role::kAdmin) return absl::OkStatus();
+  if (caller.role != Role::kAgent) {
+    return absl::PermissionDeniedError("this operation needs the agent or admin role");
+  }
+  if (caller.machine.empty()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the agent token of '", caller.user,
+        "' is bound to no machine (it was made before agent tokens were bound); make a new one "
+        "with `gpuslice admin user NAME --agent --machine HOST`"));
+  }
+  if (caller.machine != host) {
+    return absl::PermissionDeniedError(absl::StrCat("the agent token of '", caller.user,
+                                                    "' belongs to machine '", caller.machine,
+                                                    "', not '", host, "'"));
+  }
+  return absl::OkStatus();
+}
+
 // The host part of a placement node's name ("<host>/<model>[-mig]").
 inline std::string HostOf(const std::string& node) { return node.substr(0, node.find('/')); }
 

@@ -5,6 +5,8 @@
 #include "gpuslice/alloc/inventory.h"
 #include "gpuslice/alloc/service.h"
 #include "gpuslice/alloc/wire.h"
+#include "gpuslice/device/uuid.h"
+#include "gpuslice/util/utf8.h"
 #include "service_internal.h"
 
 // The allocation service's machines: agents' reports, their assignments, and fixed layouts.
@@ -190,7 +192,7 @@ absl::Status Service::Replace(const std::string& host,
   for (auto& [id, active] : active_) {
     active.lease.devices = DeviceLines(active.allocation.node, active.allocation.gpus);
   }
-  const Caller system{"gpuslice", "", Role::kAdmin};
+  const Caller system{"gpuslice", "", Role::kAdmin, ""};
   for (const auto& [lease, why] : lost) {
     Stage("UPDATE leases SET state = 'lost', ended_at = ? WHERE id = ?", {Now(), lease.id});
     Audited(system, lease.tenant, "lose", absl::StrCat("lease ", lease.id), lease.purpose,
@@ -199,9 +201,21 @@ absl::Status Service::Replace(const std::string& host,
   return absl::OkStatus();
 }
 
+absl::Status Service::CheckMachine(const Caller& caller, const std::string& host) {
+  absl::Status allowed = NeedMachine(caller, host);
+  if (allowed.ok() || caller.role != Role::kAgent) return allowed;
+  // An agent reaching for another machine is worth an admin's attention: audited, durably.
+  const absl::Status audited = Changing([&]() -> absl::Status {
+    Audited(caller, "", "agent.refuse", host, "",
+            json{{"machine", caller.machine}, {"why", std::string(allowed.message())}}.dump());
+    return absl::OkStatus();
+  });
+  return audited.ok() ? allowed : audited;
+}
+
 absl::Status Service::ReportNode(const Caller& caller, const NodeReport& report) {
+  if (absl::Status s = CheckMachine(caller, report.host); !s.ok()) return s;
   return Changing([&]() -> absl::Status {
-    if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
     if (!ValidName(report.host)) {
       return absl::InvalidArgumentError("host: 1-64 letters, digits, '-', '_' or '.'");
     }
@@ -218,7 +232,12 @@ absl::Status Service::ReportNode(const Caller& caller, const NodeReport& report)
         return absl::InvalidArgumentError(
             absl::StrCat("gpus: index ", g.index, " is negative or given twice"));
       }
-      if (g.uuid.size() > 128) return absl::InvalidArgumentError("gpus: uuid too long");
+      if (!device::IsGpuUuid(g.uuid)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("gpus: index ", g.index,
+                         ": uuid must be a GPU UUID as NVML gives it "
+                         "(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"));
+      }
     }
     if (absl::StatusOr<std::vector<device::GpuInfo>> gpus = GpusOf(report); !gpus.ok()) {
       return gpus.status();
@@ -255,13 +274,15 @@ absl::StatusOr<std::vector<NodeReport>> Service::Nodes(const Caller& caller) {
   if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<NodeReport> out;
-  for (const auto& [host, report] : remotes_) out.push_back(report);
+  for (const auto& [host, report] : remotes_) {
+    if (caller.role == Role::kAdmin || host == caller.machine) out.push_back(report);
+  }
   return out;
 }
 
 absl::StatusOr<std::vector<Assignment>> Service::Assignments(const Caller& caller,
                                                              const std::string& host) {
-  if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
+  if (absl::Status s = CheckMachine(caller, host); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   if (!remotes_.contains(host)) {
     return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
@@ -287,15 +308,19 @@ absl::StatusOr<std::vector<Assignment>> Service::Assignments(const Caller& calle
 absl::StatusOr<std::vector<std::int64_t>> Service::ReportBound(
     const Caller& caller, const std::string& host,
     const std::map<std::int64_t, std::vector<BoundDevice>>& bound) {
+  if (absl::Status s = CheckMachine(caller, host); !s.ok()) return s;
   return Changing([&]() -> absl::StatusOr<std::vector<std::int64_t>> {
-    if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
     if (!remotes_.contains(host)) {
       return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
     }
     for (const auto& [id, devices] : bound) {
       for (const BoundDevice& d : devices) {
-        if (d.uuid.empty() || d.uuid.size() > 128) {
-          return absl::InvalidArgumentError(absl::StrCat("lease ", id, ": a device without uuid"));
+        if (!device::IsDeviceUuid(d.uuid) ||
+            (!d.gpu_uuid.empty() && !device::IsGpuUuid(d.gpu_uuid))) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("lease ", id,
+                           ": uuid and gpu_uuid must be device UUIDs as NVML gives "
+                           "them (GPU-... or MIG-...)"));
         }
       }
     }
@@ -319,7 +344,7 @@ absl::StatusOr<std::vector<std::int64_t>> Service::ReportBound(
 absl::StatusOr<std::vector<std::int64_t>> Service::ReportUsage(
     const Caller& caller, const std::string& host,
     const std::map<std::int64_t, std::int64_t>& idle_s, std::int64_t valid_s) {
-  if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
+  if (absl::Status s = CheckMachine(caller, host); !s.ok()) return s;
   if (valid_s < 1 || valid_s > 24 * 3600) {
     return absl::InvalidArgumentError("valid_s: between 1 and 86400 seconds");
   }
@@ -493,7 +518,7 @@ absl::StatusOr<LayoutOutcome> Service::ClearLayout(const Caller& caller, const s
 
 absl::StatusOr<std::optional<NodeLayout>> Service::GetLayout(const Caller& caller,
                                                              const std::string& host) {
-  if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
+  if (absl::Status s = CheckMachine(caller, host); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   if (!remotes_.contains(host)) {
     return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
@@ -505,8 +530,8 @@ absl::StatusOr<std::optional<NodeLayout>> Service::GetLayout(const Caller& calle
 
 absl::Status Service::ReportLayout(const Caller& caller, const std::string& host,
                                    std::int64_t generation, const std::string& message) {
+  if (absl::Status s = CheckMachine(caller, host); !s.ok()) return s;
   return Changing([&]() -> absl::Status {
-    if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
     auto it = layouts_.find(host);
     if (it == layouts_.end()) {
       return absl::NotFoundError(absl::StrCat("machine '", host, "' has no layout"));
@@ -516,7 +541,7 @@ absl::Status Service::ReportLayout(const Caller& caller, const std::string& host
       return absl::FailedPreconditionError(absl::StrCat(
           "layout generation ", generation, " is not the current one (", layout.generation, ")"));
     }
-    const std::string clipped = message.substr(0, kMaxTextBytes);
+    const std::string clipped = util::Utf8Prefix(message, kMaxTextBytes);
     const bool changed =
         layout.reported_generation != generation || layout.agent_message != clipped;
     layout.reported_at = Now();

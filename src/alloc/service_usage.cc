@@ -114,7 +114,7 @@ UsageLease UsageLeaseOf(std::int64_t id, const std::string& tenant, const std::s
 absl::StatusOr<std::vector<std::int64_t>> Service::RecordUsage(
     const Caller& caller, const std::string& host,
     const std::map<std::int64_t, UsageFigures>& samples) {
-  if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
+  if (absl::Status s = CheckMachine(caller, host); !s.ok()) return s;
   for (const auto& [id, figures] : samples) {
     if (absl::Status s = ValidateUsageFigures(figures); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("leases.", id, ".", s.message()));

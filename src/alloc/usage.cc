@@ -13,6 +13,7 @@
 #include "gpuslice/hw/catalog.h"
 #include "gpuslice/plan/model.h"
 #include "gpuslice/plan/sizing.h"
+#include "gpuslice/util/utf8.h"
 
 namespace gpuslice::alloc {
 namespace {
@@ -33,7 +34,7 @@ std::string Lower(std::string_view text) {
 std::string OneLine(std::string_view text) {
   std::string out;
   for (char c : text) out += (c == '\n' || c == '\r' || c == '\t') ? ' ' : c;
-  if (out.size() > 120) out = out.substr(0, 117) + "...";
+  if (out.size() > 120) out = util::Utf8Prefix(out, 117) + "...";  // never inside a character
   return out;
 }
 

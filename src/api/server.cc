@@ -1,21 +1,18 @@
 #include "gpuslice/api/server.h"
 
-#include <httplib.h>
-#include <netdb.h>
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <iostream>
 #include <set>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "api/http_message.h"
+#include "api/http_server.h"
+#include "api/router.h"
 #include "gpuslice/alloc/usage.h"
 #include "gpuslice/alloc/wire.h"
 #include "nlohmann/json.hpp"
@@ -26,193 +23,6 @@ namespace {
 using nlohmann::json;
 
 constexpr std::size_t kMaxBodyBytes = 64 * 1024;
-
-// ---- transport
-//
-// httplib 0.11's own connection loop polls before every recv() and every send(), wakes every
-// 10 ms to see whether a keep-alive connection has a new request, starts each request with a
-// fresh 4 KiB buffer, and sends a response's headers and body in two send()s: with TCP_NODELAY,
-// two segments, so the client wakes twice. With one thread per connection on a small machine,
-// those system calls and wake-ups were most of the server's time. HttpServer keeps httplib's
-// request parsing, routing and response writing (process_request) and runs them over
-// ConnectionStream: one read buffer for the whole connection, recv() without a poll when
-// bytes are there, and a response gathered into one send().
-
-// A peer's or our own address as httplib gives it (numeric host, port).
-void SocketAddress(int sock, bool peer, std::string& ip, int& port) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  sockaddr* generic = reinterpret_cast<sockaddr*>(&addr);
-  if ((peer ? ::getpeername(sock, generic, &len) : ::getsockname(sock, generic, &len)) != 0) {
-    return;
-  }
-  if (addr.ss_family == AF_INET) {
-    port = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
-  } else if (addr.ss_family == AF_INET6) {
-    port = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
-  }
-  char host[NI_MAXHOST] = {};
-  if (::getnameinfo(generic, len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) == 0) ip = host;
-}
-
-class ConnectionStream final : public httplib::Stream {
- public:
-  ConnectionStream(int sock, int wake_fd, int read_timeout_ms)
-      : sock_(sock), wake_fd_(wake_fd), read_timeout_ms_(read_timeout_ms), in_(16 * 1024) {}
-
-  bool is_readable() const override {
-    return begin_ < end_ || WaitReadable(read_timeout_ms_, false);
-  }
-  bool is_writable() const override { return true; }  // send() itself times out (SO_SNDTIMEO)
-
-  ssize_t read(char* ptr, size_t size) override {
-    if (begin_ == end_) {
-      // Never wait for input with output unsent (a "100 Continue" goes before the body).
-      if (!Flush()) return -1;
-      const ssize_t n = Fill(read_timeout_ms_);
-      if (n <= 0) return n;
-    }
-    const size_t n = std::min(size, end_ - begin_);
-    std::memcpy(ptr, in_.data() + begin_, n);
-    begin_ += n;
-    return static_cast<ssize_t>(n);
-  }
-
-  ssize_t write(const char* ptr, size_t size) override {
-    if (size >= kDirectWrite) {  // a large body goes as it is, after what came before it
-      if (!Flush() || !SendAll(ptr, size)) return -1;
-    } else {
-      out_.append(ptr, size);
-    }
-    return static_cast<ssize_t>(size);
-  }
-
-  void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    if (remote_port_ < 0) SocketAddress(sock_, true, remote_ip_, remote_port_);
-    ip = remote_ip_;
-    port = remote_port_;
-  }
-  void get_local_ip_and_port(std::string& ip, int& port) const override {
-    if (local_port_ < 0) SocketAddress(sock_, false, local_ip_, local_port_);
-    ip = local_ip_;
-    port = local_port_;
-  }
-  socket_t socket() const override { return sock_; }
-
-  // Waits up to `timeout_ms` for the next request: false at the timeout or once the server
-  // stops (the wake descriptor turns readable). The end of the stream counts as readable.
-  bool WaitRequest(int timeout_ms) { return begin_ < end_ || WaitReadable(timeout_ms, true); }
-
-  // Sends what the response wrote.
-  bool Flush() {
-    const bool ok = SendAll(out_.data(), out_.size());
-    out_.clear();
-    return ok;
-  }
-
- private:
-  static constexpr std::size_t kDirectWrite = 64 * 1024;
-
-  bool WaitReadable(int timeout_ms, bool or_wake) const {
-    pollfd fds[2] = {{sock_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    const nfds_t count = or_wake && wake_fd_ >= 0 ? 2 : 1;
-    for (;;) {
-      const int n = ::poll(fds, count, timeout_ms);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0 || (count == 2 && fds[1].revents != 0)) return false;
-      return fds[0].revents != 0;
-    }
-  }
-
-  // Refills the empty buffer: the byte count, 0 at the end of the stream, -1 on an error or
-  // after `timeout_ms` without a byte.
-  ssize_t Fill(int timeout_ms) {
-    begin_ = end_ = 0;
-    for (;;) {
-      const ssize_t n = ::recv(sock_, in_.data(), in_.size(), MSG_DONTWAIT);
-      if (n >= 0) {
-        end_ = static_cast<size_t>(n);
-        return n;
-      }
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-      if (!WaitReadable(timeout_ms, false)) return -1;
-    }
-  }
-
-  bool SendAll(const char* data, size_t size) {
-    while (size > 0) {
-      const ssize_t n = ::send(sock_, data, size, MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return false;
-      }
-      data += n;
-      size -= static_cast<size_t>(n);
-    }
-    return true;
-  }
-
-  int sock_;
-  int wake_fd_;
-  int read_timeout_ms_;
-  std::vector<char> in_;
-  size_t begin_ = 0;
-  size_t end_ = 0;
-  std::string out_;
-  // Both addresses are asked once per connection, not once per request.
-  mutable std::string remote_ip_;
-  mutable int remote_port_ = -1;
-  mutable std::string local_ip_;
-  mutable int local_port_ = -1;
-};
-
-class HttpServer final : public httplib::Server {
- public:
-  HttpServer() : wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
-  ~HttpServer() override {
-    if (wake_fd_ >= 0) ::close(wake_fd_);
-  }
-  HttpServer(const HttpServer&) = delete;
-  HttpServer& operator=(const HttpServer&) = delete;
-
-  // After stop(): the connections waiting for their next request close now (the requests in
-  // flight finish first).
-  void WakeIdle() {
-    const std::uint64_t one = 1;
-    if (wake_fd_ >= 0 && ::write(wake_fd_, &one, sizeof one) < 0) {
-      // Nothing to do: idle connections then close at their keep-alive timeout.
-    }
-  }
-
- private:
-  // The loop httplib runs for each accepted connection, over ConnectionStream.
-  bool process_and_close_socket(socket_t sock) override {
-    // A send() stuck for the write timeout fails, as httplib's poll before each send did.
-    timeval send_timeout{};
-    send_timeout.tv_sec = write_timeout_sec_;
-    send_timeout.tv_usec = static_cast<suseconds_t>(write_timeout_usec_);
-    ::setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
-    const int read_ms = static_cast<int>(read_timeout_sec_ * 1000 + read_timeout_usec_ / 1000);
-    const int keep_alive_ms = static_cast<int>(keep_alive_timeout_sec_ * 1000);
-    bool ret = false;
-    {
-      ConnectionStream strm(sock, wake_fd_, read_ms);
-      for (std::size_t left = keep_alive_max_count_;
-           left > 0 && svr_sock_ != INVALID_SOCKET && strm.WaitRequest(keep_alive_ms); --left) {
-        bool connection_closed = false;
-        ret = process_request(strm, left == 1, connection_closed, nullptr);
-        if (!strm.Flush()) ret = false;
-        if (!ret || connection_closed) break;
-      }
-    }
-    ::shutdown(sock, SHUT_RDWR);
-    ::close(sock);
-    return ret;
-  }
-
-  int wake_fd_;
-};
 
 int HttpCode(const absl::Status& status) {
   switch (status.code()) {
@@ -237,17 +47,19 @@ int HttpCode(const absl::Status& status) {
   }
 }
 
-void Reply(httplib::Response& res, int code, const json& body) {
+void Reply(http::Response& res, int code, const json& body) {
   res.status = code;
-  res.set_content(body.dump(), "application/json");
+  // Stored text is valid UTF-8 by the service's checks; should a row not be, it is answered
+  // with U+FFFD in its place rather than failing the whole request.
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
-void Fail(httplib::Response& res, const absl::Status& status) {
+void Fail(http::Response& res, const absl::Status& status) {
   Reply(res, HttpCode(status), json{{"error", std::string(status.message())}});
 }
 
 // A JSON object body with only the allowed fields.
-absl::StatusOr<json> Body(const httplib::Request& req, const std::set<std::string>& allowed) {
+absl::StatusOr<json> Body(const http::Request& req, const std::set<std::string>& allowed) {
   if (req.body.size() > kMaxBodyBytes) {
     return absl::ResourceExhaustedError("body: larger than 64 KiB");
   }
@@ -408,7 +220,7 @@ json TenantJson(const alloc::TenantSpec& t) {
           {"max_gib", t.max_gib}};
 }
 
-absl::StatusOr<std::int64_t> PathId(const httplib::Request& req) {
+absl::StatusOr<std::int64_t> PathId(const http::Request& req) {
   std::int64_t id = 0;
   if (!absl::SimpleAtoi(req.matches[1].str(), &id) || id <= 0) {
     return absl::InvalidArgumentError("id: must be a positive integer");
@@ -417,7 +229,7 @@ absl::StatusOr<std::int64_t> PathId(const httplib::Request& req) {
 }
 
 // 200 with the layout in force, or 409 naming the leases in the way.
-void LayoutReply(httplib::Response& res, const alloc::LayoutOutcome& outcome,
+void LayoutReply(http::Response& res, const alloc::LayoutOutcome& outcome,
                  const std::string& refusal) {
   if (!outcome.accepted) {
     json blocking = json::array();
@@ -441,51 +253,18 @@ void LayoutReply(httplib::Response& res, const alloc::LayoutOutcome& outcome,
 }  // namespace
 
 ApiServer::ApiServer(alloc::Service& service, ServerOptions options)
-    : service_(service), options_(std::move(options)), server_(std::make_unique<HttpServer>()) {}
+    : service_(service), options_(std::move(options)), router_(std::make_unique<Router>()) {}
 
 ApiServer::~ApiServer() { Stop(); }
 
 void ApiServer::Routes() {
-  httplib::Server& s = *server_;
-  s.set_payload_max_length(options_.max_body_bytes);
-  // One worker per client connection up to this many (keep-alive connections hold a worker);
-  // the service itself serialises the changes.
-  const int workers = options_.worker_threads;
-  s.new_task_queue = [workers] { return new httplib::ThreadPool(static_cast<size_t>(workers)); };
-  s.set_keep_alive_timeout(2);
-  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let a second server
-  // share the port silently.
-  s.set_socket_options([this](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    listen_socket_ = sock;
-  });
-  // Replies leave at once (no Nagle delay against the client's delayed ACK), and a client keeps
-  // its connection for as many requests as it likes: reconnecting storms would overflow the
-  // listen backlog, which the library fixes at 5 (Start raises it).
-  s.set_tcp_nodelay(true);
-  s.set_keep_alive_max_count(1000000);
-  // The size limit holds for what is parsed, not only for Content-Length: no chunked or
-  // compressed request bodies (they are refused before the body is read).
-  s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (req.has_header("Transfer-Encoding") &&
-        req.get_header_value("Transfer-Encoding") != "identity") {
-      Reply(res, 411, json{{"error", "chunked bodies are not accepted; send Content-Length"}});
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (req.has_header("Content-Encoding") &&
-        req.get_header_value("Content-Encoding") != "identity") {
-      Reply(res, 415, json{{"error", "compressed bodies are not accepted"}});
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-
+  Router& s = *router_;
   alloc::Service& service = service_;
 
   // Authenticates, then runs `handler(caller)`; any Status error becomes its HTTP code.
-  auto authed = [&service](auto handler) {
-    return [&service, handler](const httplib::Request& req, httplib::Response& res) {
+  const bool agent_certificates = options_.agents_need_client_certificates;
+  auto authed = [&service, agent_certificates](auto handler) {
+    return [&service, handler, agent_certificates](const http::Request& req, http::Response& res) {
       const std::string header = req.get_header_value("Authorization");
       if (header.rfind("Bearer ", 0) != 0) {
         Fail(res, absl::UnauthenticatedError("missing 'Authorization: Bearer <token>'"));
@@ -496,14 +275,22 @@ void ApiServer::Routes() {
         Fail(res, caller.status());
         return;
       }
+      if (agent_certificates && caller->role == alloc::Role::kAgent &&
+          std::find(req.client_certificate_names.begin(), req.client_certificate_names.end(),
+                    caller->machine) == req.client_certificate_names.end()) {
+        Fail(res, absl::PermissionDeniedError(absl::StrCat(
+                      "the agent of machine '", caller->machine,
+                      "' must connect with a client certificate for that machine (mutual TLS)")));
+        return;
+      }
       handler(*caller, req, res);
     };
   };
 
   if (options_.metrics) {
     auto metrics = options_.metrics;
-    s.Get("/metrics", authed([metrics](const alloc::Caller& caller, const httplib::Request&,
-                                       httplib::Response& res) {
+    s.Get("/metrics",
+          authed([metrics](const alloc::Caller& caller, const http::Request&, http::Response& res) {
             if (caller.role != alloc::Role::kAdmin && caller.role != alloc::Role::kAgent) {
               return Fail(res,
                           absl::PermissionDeniedError("/metrics needs an admin or agent token"));
@@ -515,14 +302,14 @@ void ApiServer::Routes() {
           }));
   }
 
-  s.Get("/v1/health", [&service](const httplib::Request&, httplib::Response& res) {
+  s.Get("/v1/health", [&service](const http::Request&, http::Response& res) {
     int gpus = service.inventory().total_gpus();
     Reply(res, 200,
           {{"status", "ok"}, {"store", std::string(service.store_kind())}, {"gpus", gpus}});
   });
 
   s.Get("/v1/inventory",
-        authed([&service](const alloc::Caller&, const httplib::Request&, httplib::Response& res) {
+        authed([&service](const alloc::Caller&, const http::Request&, http::Response& res) {
           const place::Cluster cluster = service.Occupancy();
           json nodes = json::array();
           for (int n = 0; n < cluster.node_count(); ++n) {
@@ -544,40 +331,40 @@ void ApiServer::Routes() {
         }));
 
   s.Get("/v1/classes",
-        authed([&service](const alloc::Caller&, const httplib::Request&, httplib::Response& res) {
+        authed([&service](const alloc::Caller&, const http::Request&, http::Response& res) {
           json out = json::array();
           for (const alloc::ClassSpec& c : service.Classes()) out.push_back(ClassJson(c));
           Reply(res, 200, {{"classes", out}});
         }));
   s.Put(R"(/v1/classes/([A-Za-z0-9._-]+))",
-        authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                          httplib::Response& res) {
-          absl::StatusOr<json> body = Body(
-              req, {"mig", "share_milli", "vram_mib", "full", "max_lease_s", "idle_timeout_s"});
-          if (!body.ok()) return Fail(res, body.status());
-          alloc::ClassSpec spec;
-          spec.name = req.matches[1].str();
-          for (absl::Status st :
-               {Field(*body, "mig", &spec.mig), Field(*body, "share_milli", &spec.share_milli),
-                Field(*body, "vram_mib", &spec.vram_mib), Field(*body, "full", &spec.full),
-                Field(*body, "max_lease_s", &spec.max_lease_s),
-                Field(*body, "idle_timeout_s", &spec.idle_timeout_s)}) {
-            if (!st.ok()) return Fail(res, st);
-          }
-          if (absl::Status st = service.PutClass(caller, spec); !st.ok()) return Fail(res, st);
-          Reply(res, 200, ClassJson(spec));
-        }));
+        authed(
+            [&service](const alloc::Caller& caller, const http::Request& req, http::Response& res) {
+              absl::StatusOr<json> body = Body(
+                  req, {"mig", "share_milli", "vram_mib", "full", "max_lease_s", "idle_timeout_s"});
+              if (!body.ok()) return Fail(res, body.status());
+              alloc::ClassSpec spec;
+              spec.name = req.matches[1].str();
+              for (absl::Status st :
+                   {Field(*body, "mig", &spec.mig), Field(*body, "share_milli", &spec.share_milli),
+                    Field(*body, "vram_mib", &spec.vram_mib), Field(*body, "full", &spec.full),
+                    Field(*body, "max_lease_s", &spec.max_lease_s),
+                    Field(*body, "idle_timeout_s", &spec.idle_timeout_s)}) {
+                if (!st.ok()) return Fail(res, st);
+              }
+              if (absl::Status st = service.PutClass(caller, spec); !st.ok()) return Fail(res, st);
+              Reply(res, 200, ClassJson(spec));
+            }));
   s.Delete(R"(/v1/classes/([A-Za-z0-9._-]+))",
-           authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                             httplib::Response& res) {
+           authed([&service](const alloc::Caller& caller, const http::Request& req,
+                             http::Response& res) {
              if (absl::Status st = service.DeleteClass(caller, req.matches[1].str()); !st.ok()) {
                return Fail(res, st);
              }
              Reply(res, 200, {{"deleted", req.matches[1].str()}});
            }));
 
-  s.Get("/v1/tenants", authed([&service](const alloc::Caller& caller, const httplib::Request&,
-                                         httplib::Response& res) {
+  s.Get("/v1/tenants",
+        authed([&service](const alloc::Caller& caller, const http::Request&, http::Response& res) {
           absl::StatusOr<std::vector<alloc::TenantSpec>> tenants = service.Tenants(caller);
           if (!tenants.ok()) return Fail(res, tenants.status());
           json out = json::array();
@@ -585,74 +372,80 @@ void ApiServer::Routes() {
           Reply(res, 200, {{"tenants", out}});
         }));
   s.Put(R"(/v1/tenants/([A-Za-z0-9._-]+))",
-        authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                          httplib::Response& res) {
-          absl::StatusOr<json> body =
-              Body(req, {"may_take_full", "priority", "max_slices", "max_gib"});
-          if (!body.ok()) return Fail(res, body.status());
-          alloc::TenantSpec tenant;
-          tenant.name = req.matches[1].str();
-          std::map<std::string, int> max_slices;
-          for (absl::Status st : {Field(*body, "may_take_full", &tenant.may_take_full),
-                                  Field(*body, "priority", &tenant.priority),
-                                  Field(*body, "max_gib", &tenant.max_gib)}) {
-            if (!st.ok()) return Fail(res, st);
-          }
-          if (auto it = body->find("max_slices"); it != body->end() && !it->is_null()) {
-            if (!it->is_object()) {
-              return Fail(res, absl::InvalidArgumentError("max_slices: must be an object"));
-            }
-            for (const auto& [class_name, value] : it->items()) {
-              if (!value.is_number_integer()) {
-                return Fail(res, absl::InvalidArgumentError(absl::StrCat("max_slices.", class_name,
-                                                                         ": must be an integer")));
+        authed(
+            [&service](const alloc::Caller& caller, const http::Request& req, http::Response& res) {
+              absl::StatusOr<json> body =
+                  Body(req, {"may_take_full", "priority", "max_slices", "max_gib"});
+              if (!body.ok()) return Fail(res, body.status());
+              alloc::TenantSpec tenant;
+              tenant.name = req.matches[1].str();
+              std::map<std::string, int> max_slices;
+              for (absl::Status st : {Field(*body, "may_take_full", &tenant.may_take_full),
+                                      Field(*body, "priority", &tenant.priority),
+                                      Field(*body, "max_gib", &tenant.max_gib)}) {
+                if (!st.ok()) return Fail(res, st);
               }
-              const auto max = value.get<std::int64_t>();
-              if (max < 0 || max > 100000) {
-                return Fail(res,
-                            absl::InvalidArgumentError("max_slices: must be within 0..100000"));
+              if (auto it = body->find("max_slices"); it != body->end() && !it->is_null()) {
+                if (!it->is_object()) {
+                  return Fail(res, absl::InvalidArgumentError("max_slices: must be an object"));
+                }
+                for (const auto& [class_name, value] : it->items()) {
+                  if (!value.is_number_integer()) {
+                    return Fail(res, absl::InvalidArgumentError(absl::StrCat(
+                                         "max_slices.", class_name, ": must be an integer")));
+                  }
+                  const auto max = value.get<std::int64_t>();
+                  if (max < 0 || max > 100000) {
+                    return Fail(res,
+                                absl::InvalidArgumentError("max_slices: must be within 0..100000"));
+                  }
+                  tenant.max_slices[class_name] = static_cast<int>(max);
+                }
               }
-              tenant.max_slices[class_name] = static_cast<int>(max);
-            }
-          }
-          if (absl::Status st = service.PutTenant(caller, tenant); !st.ok()) return Fail(res, st);
-          Reply(res, 200, TenantJson(tenant));
-        }));
+              if (absl::Status st = service.PutTenant(caller, tenant); !st.ok())
+                return Fail(res, st);
+              Reply(res, 200, TenantJson(tenant));
+            }));
   s.Delete(R"(/v1/tenants/([A-Za-z0-9._-]+))",
-           authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                             httplib::Response& res) {
+           authed([&service](const alloc::Caller& caller, const http::Request& req,
+                             http::Response& res) {
              if (absl::Status st = service.DeleteTenant(caller, req.matches[1].str()); !st.ok()) {
                return Fail(res, st);
              }
              Reply(res, 200, {{"deleted", req.matches[1].str()}});
            }));
 
-  s.Post("/v1/users", authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                                        httplib::Response& res) {
-           absl::StatusOr<json> body = Body(req, {"name", "tenant", "role"});
-           if (!body.ok()) return Fail(res, body.status());
-           std::string name;
-           std::string tenant;
-           std::string role = "tenant";
-           for (absl::Status st : {Field(*body, "name", &name), Field(*body, "tenant", &tenant),
-                                   Field(*body, "role", &role)}) {
-             if (!st.ok()) return Fail(res, st);
-           }
-           if (role != "tenant" && role != "admin" && role != "agent") {
-             return Fail(res, absl::InvalidArgumentError("role: 'tenant', 'admin' or 'agent'"));
-           }
-           absl::StatusOr<std::string> token =
-               service.CreateUser(caller, name, tenant,
-                                  role == "admin"   ? alloc::Role::kAdmin
-                                  : role == "agent" ? alloc::Role::kAgent
-                                                    : alloc::Role::kTenant);
-           if (!token.ok()) return Fail(res, token.status());
-           Reply(res, 201, {{"name", name}, {"tenant", tenant}, {"role", role}, {"token", *token}});
-         }));
+  s.Post(
+      "/v1/users", authed([&service](const alloc::Caller& caller, const http::Request& req,
+                                     http::Response& res) {
+        absl::StatusOr<json> body = Body(req, {"name", "tenant", "role", "machine"});
+        if (!body.ok()) return Fail(res, body.status());
+        std::string name;
+        std::string tenant;
+        std::string role = "tenant";
+        std::string machine;
+        for (absl::Status st : {Field(*body, "name", &name), Field(*body, "tenant", &tenant),
+                                Field(*body, "role", &role), Field(*body, "machine", &machine)}) {
+          if (!st.ok()) return Fail(res, st);
+        }
+        if (role != "tenant" && role != "admin" && role != "agent") {
+          return Fail(res, absl::InvalidArgumentError("role: 'tenant', 'admin' or 'agent'"));
+        }
+        absl::StatusOr<std::string> token =
+            service.CreateUser(caller, name, tenant,
+                               role == "admin"   ? alloc::Role::kAdmin
+                               : role == "agent" ? alloc::Role::kAgent
+                                                 : alloc::Role::kTenant,
+                               machine);
+        if (!token.ok()) return Fail(res, token.status());
+        json out = {{"name", name}, {"tenant", tenant}, {"role", role}, {"token", *token}};
+        if (!machine.empty()) out["machine"] = machine;
+        Reply(res, 201, out);
+      }));
 
   s.Post(
-      "/v1/leases", authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                                      httplib::Response& res) {
+      "/v1/leases", authed([&service](const alloc::Caller& caller, const http::Request& req,
+                                      http::Response& res) {
         absl::StatusOr<json> body =
             Body(req, {"class", "profile", "share_milli", "vram_mib", "purpose", "ttl_s", "wait"});
         if (!body.ok()) return Fail(res, body.status());
@@ -679,8 +472,8 @@ void ApiServer::Routes() {
             return Reply(res, 409, {{"outcome", "refused"}, {"error", result->reason}});
         }
       }));
-  s.Get("/v1/leases", authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                                        httplib::Response& res) {
+  s.Get("/v1/leases", authed([&service](const alloc::Caller& caller, const http::Request& req,
+                                        http::Response& res) {
           const bool all = req.get_param_value("all") == "true";
           absl::StatusOr<std::vector<alloc::Lease>> leases = service.Leases(caller, !all);
           if (!leases.ok()) return Fail(res, leases.status());
@@ -688,9 +481,8 @@ void ApiServer::Routes() {
           for (const alloc::Lease& lease : *leases) out.push_back(LeaseJson(lease));
           Reply(res, 200, {{"leases", out}});
         }));
-  s.Get(R"(/v1/leases/(\d+))",
-        authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                          httplib::Response& res) {
+  s.Get(R"(/v1/leases/(\d+))", authed([&service](const alloc::Caller& caller,
+                                                 const http::Request& req, http::Response& res) {
           absl::StatusOr<std::int64_t> id = PathId(req);
           if (!id.ok()) return Fail(res, id.status());
           absl::StatusOr<alloc::Lease> lease = service.GetLease(caller, *id);
@@ -698,8 +490,8 @@ void ApiServer::Routes() {
           Reply(res, 200, LeaseJson(*lease));
         }));
   s.Post(R"(/v1/leases/(\d+)/renew)",
-         authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                           httplib::Response& res) {
+         authed([&service](const alloc::Caller& caller, const http::Request& req,
+                           http::Response& res) {
            absl::StatusOr<std::int64_t> id = PathId(req);
            if (!id.ok()) return Fail(res, id.status());
            absl::StatusOr<json> body = Body(req, {"ttl_s"});
@@ -710,26 +502,24 @@ void ApiServer::Routes() {
            if (!lease.ok()) return Fail(res, lease.status());
            Reply(res, 200, LeaseJson(*lease));
          }));
-  s.Delete(R"(/v1/leases/(\d+))",
-           authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                             httplib::Response& res) {
+  s.Delete(R"(/v1/leases/(\d+))", authed([&service](const alloc::Caller& caller,
+                                                    const http::Request& req, http::Response& res) {
              absl::StatusOr<std::int64_t> id = PathId(req);
              if (!id.ok()) return Fail(res, id.status());
              if (absl::Status st = service.Release(caller, *id); !st.ok()) return Fail(res, st);
              Reply(res, 200, {{"released", *id}});
            }));
 
-  s.Get("/v1/queue", authed([&service](const alloc::Caller& caller, const httplib::Request&,
-                                       httplib::Response& res) {
+  s.Get("/v1/queue",
+        authed([&service](const alloc::Caller& caller, const http::Request&, http::Response& res) {
           absl::StatusOr<std::vector<alloc::QueueEntry>> queue = service.Queue(caller);
           if (!queue.ok()) return Fail(res, queue.status());
           json out = json::array();
           for (const alloc::QueueEntry& q : *queue) out.push_back(QueueJson(q));
           Reply(res, 200, {{"queue", out}});
         }));
-  s.Delete(R"(/v1/queue/(\d+))",
-           authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                             httplib::Response& res) {
+  s.Delete(R"(/v1/queue/(\d+))", authed([&service](const alloc::Caller& caller,
+                                                   const http::Request& req, http::Response& res) {
              absl::StatusOr<std::int64_t> id = PathId(req);
              if (!id.ok()) return Fail(res, id.status());
              if (absl::Status st = service.CancelQueued(caller, *id); !st.ok()) {
@@ -741,8 +531,8 @@ void ApiServer::Routes() {
   // ---- agents: machines report their GPUs, fetch the leases to set up, report their devices
   s.Put(
       R"(/v1/nodes/([A-Za-z0-9._-]+))",
-      authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                        httplib::Response& res) {
+      authed([&service](const alloc::Caller& caller, const http::Request& req,
+                        http::Response& res) {
         absl::StatusOr<json> body = Body(req, {"cpu_milli", "memory_mib", "gpus"});
         if (!body.ok()) return Fail(res, body.status());
         alloc::NodeReport report;
@@ -775,8 +565,8 @@ void ApiServer::Routes() {
         }
         Reply(res, 200, {{"host", report.host}, {"nodes", nodes}});
       }));
-  s.Get("/v1/nodes", authed([&service](const alloc::Caller& caller, const httplib::Request&,
-                                       httplib::Response& res) {
+  s.Get("/v1/nodes",
+        authed([&service](const alloc::Caller& caller, const http::Request&, http::Response& res) {
           absl::StatusOr<std::vector<alloc::NodeReport>> nodes = service.Nodes(caller);
           if (!nodes.ok()) return Fail(res, nodes.status());
           json out = json::array();
@@ -800,33 +590,33 @@ void ApiServer::Routes() {
           Reply(res, 200, {{"nodes", out}});
         }));
   s.Get(R"(/v1/nodes/([A-Za-z0-9._-]+)/assignments)",
-        authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                          httplib::Response& res) {
-          absl::StatusOr<std::vector<alloc::Assignment>> assignments =
-              service.Assignments(caller, req.matches[1].str());
-          if (!assignments.ok()) return Fail(res, assignments.status());
-          json out = json::array();
-          for (const alloc::Assignment& a : *assignments) {
-            const json claims = alloc::ClaimsToJson(a.claims);
-            out.push_back({{"lease", a.lease},
-                           {"node", a.node},
-                           {"claims", claims},
-                           {"bound", BoundJson(a.bound)},
-                           {"tenant", a.tenant},
-                           {"class", a.class_name},
-                           {"idle_timeout_s", a.idle_timeout_s}});
-          }
-          absl::StatusOr<std::optional<alloc::NodeLayout>> layout =
-              service.GetLayout(caller, req.matches[1].str());
-          if (!layout.ok()) return Fail(res, layout.status());
-          Reply(res, 200,
-                {{"assignments", out},
-                 {"layout", layout->has_value() ? alloc::LayoutToJson(**layout) : json()}});
-        }));
+        authed(
+            [&service](const alloc::Caller& caller, const http::Request& req, http::Response& res) {
+              absl::StatusOr<std::vector<alloc::Assignment>> assignments =
+                  service.Assignments(caller, req.matches[1].str());
+              if (!assignments.ok()) return Fail(res, assignments.status());
+              json out = json::array();
+              for (const alloc::Assignment& a : *assignments) {
+                const json claims = alloc::ClaimsToJson(a.claims);
+                out.push_back({{"lease", a.lease},
+                               {"node", a.node},
+                               {"claims", claims},
+                               {"bound", BoundJson(a.bound)},
+                               {"tenant", a.tenant},
+                               {"class", a.class_name},
+                               {"idle_timeout_s", a.idle_timeout_s}});
+              }
+              absl::StatusOr<std::optional<alloc::NodeLayout>> layout =
+                  service.GetLayout(caller, req.matches[1].str());
+              if (!layout.ok()) return Fail(res, layout.status());
+              Reply(res, 200,
+                    {{"assignments", out},
+                     {"layout", layout->has_value() ? alloc::LayoutToJson(**layout) : json()}});
+            }));
   s.Post(
       R"(/v1/nodes/([A-Za-z0-9._-]+)/bound)",
-      authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                        httplib::Response& res) {
+      authed([&service](const alloc::Caller& caller, const http::Request& req,
+                        http::Response& res) {
         absl::StatusOr<json> body = Body(req, {"leases"});
         if (!body.ok()) return Fail(res, body.status());
         auto leases = body->find("leases");
@@ -869,8 +659,8 @@ void ApiServer::Routes() {
   // (memory_used_mib with optional memory_total_mib, sm_active_pct, processes) for the history.
   s.Post(
       R"(/v1/nodes/([A-Za-z0-9._-]+)/usage)",
-      authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                        httplib::Response& res) {
+      authed([&service](const alloc::Caller& caller, const http::Request& req,
+                        http::Response& res) {
         absl::StatusOr<json> body = Body(req, {"leases", "valid_s"});
         if (!body.ok()) return Fail(res, body.status());
         std::int64_t valid_s = 0;
@@ -945,8 +735,8 @@ void ApiServer::Routes() {
         Reply(res, 200, {{"ignored", ignored}});
       }));
   // The usage history's report (admin: every tenant; a tenant's user: its own).
-  s.Get("/v1/usage", authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                                       httplib::Response& res) {
+  s.Get("/v1/usage", authed([&service](const alloc::Caller& caller, const http::Request& req,
+                                       http::Response& res) {
           std::int64_t since_s = 7 * 86400;
           if (req.has_param("since") && !absl::SimpleAtoi(req.get_param_value("since"), &since_s)) {
             return Fail(res, absl::InvalidArgumentError("since: seconds (e.g. 604800 for 7 days)"));
@@ -974,8 +764,8 @@ void ApiServer::Routes() {
 
   // ---- layouts: an admin fixes a machine's MIG layout; its agent carries it out
   s.Put(R"(/v1/nodes/([A-Za-z0-9._-]+)/layout)",
-        authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                          httplib::Response& res) {
+        authed([&service](const alloc::Caller& caller, const http::Request& req,
+                          http::Response& res) {
           absl::StatusOr<json> body = Body(req, {"config", "name", "origin"});
           if (!body.ok()) return Fail(res, body.status());
           alloc::LayoutRequest request;
@@ -995,16 +785,16 @@ void ApiServer::Routes() {
         }));
   s.Get(
       R"(/v1/nodes/([A-Za-z0-9._-]+)/layout)",
-      authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                        httplib::Response& res) {
+      authed([&service](const alloc::Caller& caller, const http::Request& req,
+                        http::Response& res) {
         absl::StatusOr<std::optional<alloc::NodeLayout>> layout =
             service.GetLayout(caller, req.matches[1].str());
         if (!layout.ok()) return Fail(res, layout.status());
         Reply(res, 200, {{"layout", layout->has_value() ? alloc::LayoutToJson(**layout) : json()}});
       }));
   s.Delete(R"(/v1/nodes/([A-Za-z0-9._-]+)/layout)",
-           authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                             httplib::Response& res) {
+           authed([&service](const alloc::Caller& caller, const http::Request& req,
+                             http::Response& res) {
              absl::StatusOr<alloc::LayoutOutcome> outcome =
                  service.ClearLayout(caller, req.matches[1].str());
              if (!outcome.ok()) return Fail(res, outcome.status());
@@ -1012,8 +802,8 @@ void ApiServer::Routes() {
                          "leases stand in the way of clearing the layout; nothing was changed");
            }));
   s.Post(R"(/v1/nodes/([A-Za-z0-9._-]+)/layout/status)",
-         authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                           httplib::Response& res) {
+         authed([&service](const alloc::Caller& caller, const http::Request& req,
+                           http::Response& res) {
            absl::StatusOr<json> body = Body(req, {"generation", "message"});
            if (!body.ok()) return Fail(res, body.status());
            std::int64_t generation = 0;
@@ -1029,8 +819,8 @@ void ApiServer::Routes() {
            }
            Reply(res, 200, {{"generation", generation}});
          }));
-  s.Get("/v1/audit", authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                                       httplib::Response& res) {
+  s.Get("/v1/audit", authed([&service](const alloc::Caller& caller, const http::Request& req,
+                                       http::Response& res) {
           alloc::AuditQuery query;
           query.tenant = req.get_param_value("tenant");
           if (req.has_param("since") &&
@@ -1057,8 +847,8 @@ void ApiServer::Routes() {
           Reply(res, 200, {{"events", out}});
         }));
   s.Post(R"(/v1/nodes/([A-Za-z0-9._-]+)/alerts)",
-         authed([&service](const alloc::Caller& caller, const httplib::Request& req,
-                           httplib::Response& res) {
+         authed([&service](const alloc::Caller& caller, const http::Request& req,
+                           http::Response& res) {
            absl::StatusOr<json> body = Body(req, {"fired", "cleared"});
            if (!body.ok()) return Fail(res, body.status());
            metrics::AlertChanges changes;
@@ -1084,8 +874,8 @@ void ApiServer::Routes() {
            }
            Reply(res, 200, {{"fired", changes.fired.size()}, {"cleared", changes.cleared.size()}});
          }));
-  s.Get("/v1/alerts", authed([&service](const alloc::Caller& caller, const httplib::Request&,
-                                        httplib::Response& res) {
+  s.Get("/v1/alerts",
+        authed([&service](const alloc::Caller& caller, const http::Request&, http::Response& res) {
           absl::StatusOr<alloc::Service::AlertList> list = service.Alerts(caller);
           if (!list.ok()) return Fail(res, list.status());
           json active = json::array();
@@ -1094,52 +884,51 @@ void ApiServer::Routes() {
           for (const metrics::Alert& a : list->recent) recent.push_back(metrics::AlertToJson(a));
           Reply(res, 200, {{"active", active}, {"recent", recent}});
         }));
+}
 
-  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (res.body.empty()) {
-      const char* what = res.status == 404   ? "no such endpoint"
-                         : res.status == 413 ? "body too large"
-                                             : "request failed";
-      Reply(res, res.status, json{{"error", what}});
-    }
-  });
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+void ApiServer::Handle(http::Request& req, http::Response& res) const {
+  // The size limit holds for what is parsed: no compressed request bodies.
+  if (req.has_header("Content-Encoding") &&
+      req.get_header_value("Content-Encoding") != "identity") {
+    Reply(res, 415, json{{"error", "compressed bodies are not accepted"}});
+    return;
+  }
+  try {
+    router_->Route(req, res);
+  } catch (const std::exception& e) {
+    std::cerr << "gpuslice: internal error answering " << req.method << " " << req.path << ": "
+              << e.what() << std::endl;
+    res = http::Response{};
     Reply(res, 500, json{{"error", "internal error"}});
-  });
+  }
 }
 
 absl::Status ApiServer::Start() {
   Routes();
-  if (options_.port == 0) {
-    port_ = server_->bind_to_any_port(options_.host);
-    if (port_ <= 0) {
-      return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.host));
-    }
-  } else {
-    if (!server_->bind_to_port(options_.host, options_.port)) {
-      return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.host, ":",
-                                                 options_.port,
-                                                 " (in use, or not an address of this machine)"));
-    }
-    port_ = options_.port;
+  http::TransportOptions transport;
+  transport.host = options_.host;
+  transport.port = options_.port;
+  transport.max_body_bytes = options_.max_body_bytes;
+  transport.worker_threads = options_.worker_threads;
+  transport.header_timeout_ms = options_.header_timeout_ms;
+  transport.body_timeout_ms = options_.body_timeout_ms;
+  transport.idle_timeout_ms = options_.idle_timeout_ms;
+  transport.write_timeout_ms = options_.write_timeout_ms;
+  transport.max_connections = options_.max_connections;
+  transport.max_connections_per_source = options_.max_connections_per_source;
+  transport.tls = options_.tls;
+  transport_ = std::make_unique<http::Transport>(
+      transport, [this](http::Request& req, http::Response& res) { Handle(req, res); });
+  if (absl::Status st = transport_->Start(); !st.ok()) {
+    transport_.reset();
+    return st;
   }
-  // The library listens with a backlog of 5; many clients connecting at once would have their
-  // SYNs dropped and retried a second later. Listening again on the socket raises the backlog.
-  if (listen_socket_ >= 0) ::listen(listen_socket_, SOMAXCONN);
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
-  // Serving before returning, so that Stop() right away cannot miss the listener.
-  for (int i = 0; i < 500 && !server_->is_running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  port_ = transport_->port();
   return absl::OkStatus();
 }
 
 void ApiServer::Stop() {
-  if (server_) {
-    server_->stop();
-    static_cast<HttpServer&>(*server_).WakeIdle();
-  }
-  if (thread_.joinable()) thread_.join();
+  if (transport_ != nullptr) transport_->Stop();
 }
 
 }  // namespace gpuslice::api

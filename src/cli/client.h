@@ -14,7 +14,17 @@ struct ClientOptions {
   std::string server;  // default $GPUSLICE_SERVER or http://127.0.0.1:8470
   std::string token;   // default $GPUSLICE_TOKEN or ./gpuslice-admin.token
   bool json_output = false;
+  int timeout_s = 10;  // connecting takes at most 5 of them
+  // https:// servers: the CA to trust (default $GPUSLICE_CA, else ./gpuslice-tls.crt when it
+  // exists, else the system's trust store), and a client certificate for mutual TLS (agents).
+  std::string ca;
+  std::string client_cert;
+  std::string client_key;
 };
+
+// The server URL and the CA file the options resolve to (see ClientOptions).
+std::string ServerUrl(const ClientOptions& options);
+std::string CaFile(const ClientOptions& options);
 
 struct Reply {
   int status = 0;
@@ -27,8 +37,12 @@ struct Reply {
 int Call(const ClientOptions& options, const std::string& method, const std::string& path,
          const nlohmann::json* body, Reply* reply, bool conflict_is_answer = false);
 
-// --server, --token and --json.
+// --server, --token, --json and --timeout.
 void AddConnection(CLI::App* cmd, ClientOptions& options);
+
+// Checks an id argument as typed: a positive integer that fits in 64 bits (CLI11 would clamp
+// 99999999999999999999 to the largest one).
+CLI::Validator PositiveId();
 
 // One line per lease: id, state, class, node, devices, GiB, tenant, end, purpose.
 void PrintLease(const nlohmann::json& lease);

@@ -7,8 +7,9 @@
 // MIG layouts: when an admin has fixed the machine's layout (PUT /v1/nodes/{host}/layout), the
 // agent carries it out with the reconciler (gpuslice/agent/apply.h: matching instances stay, busy
 // ones are never destroyed) before it sets up leases, reports the outcome, and keeps the layout's
-// instances when leases end. On GPUs without a fixed layout the agent owns the MIG layout: idle
-// instances no lease holds are destroyed so that any placement can be made.
+// instances when leases end. On GPUs without a fixed layout the agent removes the idle instances
+// of ended leases; instances that were there when it started (someone's layout) are kept and
+// named in its log, unless --remove-foreign-instances.
 //
 // Monitoring: with --metrics-listen HOST:PORT the agent answers GET /metrics (Prometheus text,
 // metrics_listener.h) with the families serve gives for its own machine: this machine's GPUs and
@@ -19,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -60,7 +62,11 @@ struct AgentOptions {
   int interval_s = 2;
   bool once = false;
   std::string metrics_listen;        // HOST:PORT for GET /metrics; empty: none
+  std::string metrics_token_file;    // the bearer token scrapes must send
   std::string pod_resources_socket;  // kubelet's pod-resources API; empty: no pod labels
+  // MIG instances that were on the GPUs when the agent started (someone's layout, an earlier
+  // agent's leftovers) are kept unless this is set; then the idle ones are removed.
+  bool remove_foreign_instances = false;
 };
 
 // The pods holding this machine's devices and slices, from kubelet's pod-resources API; nothing
@@ -379,11 +385,43 @@ class Agent {
 
   // Destroys idle MIG instances that no lease holds (left by an earlier agent or by hand), on
   // GPUs without a fixed layout.
-  void CollectIdle() {
-    std::set<std::pair<int, int>> held;  // (gpu index, gi)
-    for (const auto& [lease, devices] : held_) {
-      for (const alloc::BoundDevice& d : devices) held.insert({d.gpu_index, d.gi});
+  // Instances found on the GPUs at the first round were not made by this agent: they are kept
+  // (said once, with what they are), unless --remove-foreign-instances.
+  void NoteForeign() {
+    if (foreign_noted_) return;
+    foreign_noted_ = true;
+    for (const device::GpuInfo& gpu : gpus_) {
+      if (gpu.mig_current != device::MigMode::kEnabled || fixed_.contains(gpu.index)) continue;
+      absl::StatusOr<std::vector<device::GpuInstanceInfo>> gis =
+          backend_->ListGpuInstances(gpu.index);
+      if (!gis.ok()) continue;
+      for (const device::GpuInstanceInfo& gi : *gis) {
+        if (HeldBy(gpu.index, gi.id)) continue;
+        foreign_.insert({gpu.index, gi.id});
+        std::cerr << Log() << "GPU " << gpu.index << " has GPU instance " << gi.id
+                  << " (profile id " << gi.profile_id << " at " << gi.start
+                  << ") that no lease holds: "
+                  << (o_.remove_foreign_instances
+                          ? "it is removed when idle (--remove-foreign-instances)"
+                          : "kept; slices that need its place cannot be set up until it is "
+                            "removed (--remove-foreign-instances, or a fixed layout with `gpuslice "
+                            "node set-layout`)")
+                  << "\n";
+      }
     }
+  }
+
+  bool HeldBy(int gpu, int gi) const {
+    for (const auto& [lease, devices] : held_) {
+      for (const alloc::BoundDevice& d : devices) {
+        if (d.gpu_index == gpu && d.gi == gi) return true;
+      }
+    }
+    return false;
+  }
+
+  void CollectIdle() {
+    NoteForeign();
     for (const device::GpuInfo& gpu : gpus_) {
       if (gpu.mig_current != device::MigMode::kEnabled || fixed_.contains(gpu.index)) continue;
       absl::StatusOr<std::vector<device::GpuInstanceInfo>> gis =
@@ -392,7 +430,8 @@ class Agent {
           backend_->ListProcesses(gpu.index);
       if (!gis.ok() || !processes.ok()) continue;
       for (const device::GpuInstanceInfo& gi : *gis) {
-        if (held.contains({gpu.index, gi.id})) continue;
+        if (HeldBy(gpu.index, gi.id)) continue;
+        if (foreign_.contains({gpu.index, gi.id}) && !o_.remove_foreign_instances) continue;
         const bool busy = std::any_of(processes->begin(), processes->end(),
                                       [&](const device::ProcessInfo& p) { return p.gi == gi.id; });
         if (busy) continue;
@@ -418,7 +457,9 @@ class Agent {
   std::shared_ptr<alloc::DeviceBinder> binder_;
   alloc::IdleTracker idle_{nullptr};
   std::map<std::int64_t, std::vector<alloc::BoundDevice>> held_;
-  std::set<int> fixed_;  // GPUs (NVML indexes) with a fixed layout
+  std::set<int> fixed_;                    // GPUs (NVML indexes) with a fixed layout
+  std::set<std::pair<int, int>> foreign_;  // (gpu, gi) found at the first round, no lease's
+  bool foreign_noted_ = false;
   struct Owner {
     std::string tenant;
     std::string class_name;
@@ -446,6 +487,22 @@ int RunAgent(const GlobalOptions& global, const AgentOptions& o) {
     return kExitBadInput;
   }
   const std::optional<ListenAddress> metrics_address = *metrics_option;
+  std::string metrics_token;
+  if (!o.metrics_token_file.empty()) {
+    std::ifstream in(o.metrics_token_file);
+    std::getline(in, metrics_token);
+    if (!in.good() && metrics_token.empty()) {
+      PrintError("--metrics-token-file " + o.metrics_token_file + ": cannot read a token from it");
+      return kExitBadInput;
+    }
+  }
+  if (metrics_address.has_value() && metrics_token.empty() && NeedsToken(*metrics_address)) {
+    PrintError("--metrics-listen " + o.metrics_listen +
+               " is not a loopback address: anyone who reaches it would read this machine's "
+               "leases; give --metrics-token-file FILE (scrapes then send its token as Bearer), "
+               "or listen on 127.0.0.1");
+    return kExitBadInput;
+  }
   std::shared_ptr<device::Backend> backend;
   if (!o.sim_state.empty()) {
     absl::StatusOr<std::unique_ptr<device::SimBackend>> sim =
@@ -504,6 +561,7 @@ int RunAgent(const GlobalOptions& global, const AgentOptions& o) {
   std::unique_ptr<MetricsListener> listener;  // stopped before the agent goes
   if (metrics_address.has_value()) {
     listener = std::make_unique<MetricsListener>([&agent] { return agent.Scrape(); });
+    listener->RequireToken(metrics_token);
     if (absl::Status s = listener->Start(*metrics_address); !s.ok()) {
       PrintError(absl::StrCat("--metrics-listen: ", s.message()));
       return 1;
@@ -546,6 +604,13 @@ void AddAgentCommand(CLI::App& app, const GlobalOptions& global, Action* action)
       "Report this machine's GPUs to a gpuslice serve and set up the slices it grants here "
       "(MIG instances at their placements), tearing them down when the leases end");
   AddConnection(cmd, o->c);
+  cmd->add_flag("--remove-foreign-instances", o->remove_foreign_instances,
+                "Remove idle MIG instances that were on the GPUs when the agent started and that "
+                "no lease holds (by default they are kept and named in the log)");
+  cmd->add_option("--client-cert", o->c.client_cert,
+                  "Mutual TLS: this machine's client certificate (PEM), when serve asks agents "
+                  "for one (--tls-client-ca)");
+  cmd->add_option("--client-key", o->c.client_key, "The client certificate's private key (PEM)");
   cmd->add_option("--host", o->host, "This machine's name in the service")->capture_default_str();
   cmd->add_option("--sim-fleet", o->sim_fleet,
                   "A simulated machine instead of NVML, e.g. 2xH100-80GB (MIG on where possible)");
@@ -560,6 +625,9 @@ void AddAgentCommand(CLI::App& app, const GlobalOptions& global, Action* action)
                   "/var/lib/kubelet/pod-resources/kubelet.sock), so that /metrics carries the pod, "
                   "namespace and container holding each GPU, MIG device and share, as "
                   "dcgm-exporter does");
+  cmd->add_option("--metrics-token-file", o->metrics_token_file,
+                  "A file whose first line is the token scrapes of --metrics-listen must send "
+                  "(Authorization: Bearer); required when it is not a loopback address");
   cmd->add_option("--metrics-listen", o->metrics_listen,
                   "Answer GET /metrics (Prometheus) on HOST:PORT, e.g. 127.0.0.1:9401; no "
                   "authentication, so bind it where only Prometheus reaches (off by default)");

@@ -4,6 +4,7 @@
 
 #include "common.h"
 #include "gpuslice/geometry/layout_text.h"
+#include "gpuslice/util/strings.h"
 #include "layout_drawing.h"
 #include "rules_option.h"
 
@@ -176,6 +177,10 @@ int Run(const GlobalOptions& global, const CheckOptions& options) {
   if (!rules) return kExitBadInput;
   const geometry::Shape shape(*model);
 
+  if (util::Trim(options.layout).empty()) {
+    PrintError("the layout is empty: name at least one instance, e.g. 1g.10gb or 3g.40gb,4g.40gb");
+    return kExitBadInput;
+  }
   absl::StatusOr<geometry::ParsedLayout> parsed = geometry::ParseLayout(shape, options.layout);
   if (!parsed.ok()) {
     const bool unknown_profile = absl::IsNotFound(parsed.status());

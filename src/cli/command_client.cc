@@ -6,9 +6,11 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -28,19 +30,63 @@ std::string Env(const char* name) {
 
 }  // namespace
 
+std::string ServerUrl(const ClientOptions& options) {
+  std::string server = !options.server.empty() ? options.server : Env("GPUSLICE_SERVER");
+  return server.empty() ? "https://127.0.0.1:8470" : server;
+}
+
+std::string CaFile(const ClientOptions& options) {
+  if (!options.ca.empty()) return options.ca;
+  if (std::string env = Env("GPUSLICE_CA"); !env.empty()) return env;
+  std::error_code ec;
+  return std::filesystem::exists("gpuslice-tls.crt", ec) ? "gpuslice-tls.crt" : "";
+}
+
 int Call(const ClientOptions& options, const std::string& method, const std::string& path,
          const json* body, Reply* reply, bool conflict_is_answer) {
-  std::string server = !options.server.empty() ? options.server : Env("GPUSLICE_SERVER");
-  if (server.empty()) server = "http://127.0.0.1:8470";
-  std::string token = !options.token.empty() ? options.token : Env("GPUSLICE_TOKEN");
+  const std::string server = ServerUrl(options);
+  if (!absl::StartsWith(server, "http://") && !absl::StartsWith(server, "https://")) {
+    PrintError(
+        absl::StrCat("--server ", server,
+                     ": not an http:// or https:// URL (for example http://127.0.0.1:8470)"));
+    return kExitBadInput;
+  }
+  std::string token = options.token;
+  if (token.empty()) {
+    const char* from_env = std::getenv("GPUSLICE_TOKEN");
+    if (from_env != nullptr && *from_env == '\0') {
+      // Set but empty is a mistake (an unset variable in a script, say), never a reason to
+      // fall back to the admin's token file.
+      PrintError("GPUSLICE_TOKEN is set but empty; set it to a token, or unset it");
+      return kExitBadInput;
+    }
+    if (from_env != nullptr) token = from_env;
+  }
   if (token.empty()) {
     std::ifstream file("gpuslice-admin.token");
     std::getline(file, token);
   }
-  httplib::Client client(server);
-  client.set_connection_timeout(5);
+  if (options.client_cert.empty() != options.client_key.empty()) {
+    PrintError("--client-cert and --client-key go together");
+    return kExitBadInput;
+  }
+  httplib::Client client(server, options.client_cert, options.client_key);
+  if (!client.is_valid()) {
+    PrintError(absl::StrCat("--server ", server, ": not a URL this client can use",
+                            options.client_cert.empty() ? ""
+                                                        : " (or the client certificate "
+                                                          "cannot be loaded)"));
+    return kExitBadInput;
+  }
+  if (absl::StartsWith(server, "https://")) {
+    // The server's certificate is always checked: against --ca, or the system's trust store.
+    client.enable_server_certificate_verification(true);
+    if (const std::string ca = CaFile(options); !ca.empty()) client.set_ca_cert_path(ca);
+  }
+  client.set_connection_timeout(std::min(options.timeout_s, 5));
   client.set_tcp_nodelay(true);
-  client.set_read_timeout(30);
+  client.set_read_timeout(options.timeout_s);
+  client.set_write_timeout(options.timeout_s);
   httplib::Headers headers;
   if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
   const std::string payload = body == nullptr ? "" : body->dump();
@@ -50,8 +96,15 @@ int Call(const ClientOptions& options, const std::string& method, const std::str
                                ? client.Put(path, headers, payload, "application/json")
                                : client.Post(path, headers, payload, "application/json");
   if (!result) {
-    PrintError(absl::StrCat("cannot reach ", server, " (", httplib::to_string(result.error()),
-                            "); is `gpuslice serve` running? set --server or GPUSLICE_SERVER"));
+    const bool tls = result.error() == httplib::Error::SSLServerVerification ||
+                     result.error() == httplib::Error::SSLConnection;
+    PrintError(absl::StrCat(
+        "cannot reach ", server, " (", httplib::to_string(result.error()), ")",
+        tls ? absl::StrCat("; the server's TLS certificate is not trusted: pass the one `gpuslice "
+                           "serve` printed with --ca FILE or GPUSLICE_CA (trusting now: ",
+                           CaFile(options).empty() ? "the system's store" : CaFile(options), ")")
+            : "; is `gpuslice serve` running? set --server or GPUSLICE_SERVER (http:// for a "
+              "server started with --insecure)"));
     return kExitBadInput;
   }
   reply->status = result->status;
@@ -108,8 +161,11 @@ std::int64_t ParseSince(const std::string& text) {
                              : unit == 'm' ? 60
                              : unit == 's' ? 1
                                            : 0;
-  if (scale == 0) return absl::SimpleAtoi(text, &value) ? value : -1;
-  if (!absl::SimpleAtoi(text.substr(0, text.size() - 1), &value)) return -1;
+  if (scale == 0) return absl::SimpleAtoi(text, &value) && value >= 0 ? value : -1;
+  if (!absl::SimpleAtoi(text.substr(0, text.size() - 1), &value) || value < 0 ||
+      value > 100LL * 365 * 86400 / scale) {
+    return -1;  // a time in the future, or before the epoch
+  }
   const auto now = std::chrono::duration_cast<std::chrono::seconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
@@ -120,10 +176,28 @@ std::int64_t ParseSince(const std::string& text) {
 
 void AddConnection(CLI::App* cmd, ClientOptions& options) {
   cmd->add_option("--server", options.server,
-                  "API URL (default $GPUSLICE_SERVER or http://127.0.0.1:8470)");
+                  "API URL (default $GPUSLICE_SERVER or https://127.0.0.1:8470)");
+  cmd->add_option("--ca", options.ca,
+                  "CA certificate (PEM) to trust for an https:// server (default $GPUSLICE_CA, "
+                  "else ./gpuslice-tls.crt when present, else the system's trust store)");
   cmd->add_option("--token", options.token,
                   "API token (default $GPUSLICE_TOKEN or ./gpuslice-admin.token)");
   cmd->add_flag("--json", options.json_output, "Print the API's JSON");
+  cmd->add_option("--timeout", options.timeout_s, "Seconds to wait for the server's answer")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+}
+
+CLI::Validator PositiveId() {
+  return CLI::Validator(
+      [](const std::string& text) -> std::string {
+        std::int64_t value = 0;
+        if (!absl::SimpleAtoi(text, &value) || value <= 0) {
+          return "must be a positive integer below 2^63, not '" + text + "'";
+        }
+        return "";
+      },
+      "ID");
 }
 
 void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* action) {
@@ -139,7 +213,9 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
     };
     auto o = std::make_shared<Options>();
     CLI::App* cmd = app.add_subcommand(
-        "acquire", "Ask the service for a slice (a class, a MIG profile or a share)");
+        "acquire",
+        "Ask the service for a slice (a class, a MIG profile or a share). Exits 0 when granted, "
+        "1 when refused, 4 when queued (the slice is not yours yet: see `gpuslice queue`)");
     AddConnection(cmd, o->c);
     cmd->add_option("--class", o->class_name,
                     "A class: small, medium, large, full or one the admin defined");
@@ -172,7 +248,8 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
         } else {
           std::cout << "refused: " << reply.body.value("error", std::string("?")) << "\n";
         }
-        return reply.status == 409 ? 1 : kExitOk;
+        // A script tells the three apart: granted 0, refused 1, queued (no slice yet) 4.
+        return reply.status == 409 ? 1 : reply.status == 202 ? kExitQueued : kExitOk;
       };
     });
   }
@@ -215,7 +292,9 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
                                              : verb == "release" ? "Give a lease back"
                                                                  : "Withdraw a queued request");
     AddConnection(cmd, o->c);
-    cmd->add_option("id", o->id, verb == "cancel" ? "Queue entry id" : "Lease id")->required();
+    cmd->add_option("id", o->id, verb == "cancel" ? "Queue entry id" : "Lease id")
+        ->required()
+        ->check(PositiveId());
     if (verb == "renew")
       cmd->add_option("--ttl", o->ttl, "Seconds from now (default: the class's maximum)");
     cmd->callback([o, action, verb] {
@@ -364,7 +443,7 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
     });
     struct UserOptions {
       ClientOptions c;
-      std::string name, tenant;
+      std::string name, tenant, machine;
       bool is_admin = false;
       bool is_agent = false;
     };
@@ -377,6 +456,9 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
     user->add_flag("--admin", u->is_admin, "An administrator (no tenant)");
     user->add_flag("--agent", u->is_agent,
                    "A machine's agent (gpuslice agent): reports GPUs, sets up slices");
+    user->add_option("--machine", u->machine,
+                     "With --agent: the one machine (the agent's --host) the token may report "
+                     "and serve (default: the user name)");
     user->callback([u, action] {
       *action = [u] {
         json body = {{"name", u->name},
@@ -384,6 +466,11 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
                      {"role", u->is_admin   ? "admin"
                               : u->is_agent ? "agent"
                                             : "tenant"}};
+        if (u->is_agent) body["machine"] = u->machine.empty() ? u->name : u->machine;
+        if (!u->is_agent && !u->machine.empty()) {
+          PrintError("--machine goes with --agent: only an agent's token is bound to a machine");
+          return 2;
+        }
         Reply reply;
         if (int rc = Call(u->c, "POST", "/v1/users", &body, &reply); rc != 0) return rc;
         if (u->c.json_output) {

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -250,6 +251,7 @@ ChildResult RunChild(const MeasureOptions& o, const std::string& interposer,
     setenv("GPUSLICE_SHM_DIR", shm_dir.c_str(), 1);
     unsetenv("GPUSLICE_VRAM_LIMIT_MIB");
     unsetenv("GPUSLICE_COMPUTE_SHARE_MILLI");
+    std::signal(SIGPIPE, SIG_DFL);  // main() ignores it; the command gets the usual default
     std::vector<char*> argv;
     for (const std::string& arg : o.command) argv.push_back(const_cast<char*>(arg.c_str()));
     argv.push_back(nullptr);

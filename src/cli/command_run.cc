@@ -28,6 +28,7 @@
 #include "client.h"
 #include "common.h"
 #include "gpuslice/shim/slices.h"
+#include "gpuslice/util/shell.h"
 #include "interposer_path.h"
 
 namespace gpuslice::cli {
@@ -170,6 +171,7 @@ int RunCommand(const RunOptions& o, const json& lease) {
     return 1;
   }
   if (pid == 0) {
+    std::signal(SIGPIPE, SIG_DFL);  // main() ignores it; the command gets the usual default
     for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
     std::vector<char*> argv;
     for (const std::string& arg : o.command) argv.push_back(const_cast<char*>(arg.c_str()));
@@ -331,7 +333,7 @@ void AddRunCommands(CLI::App& app, const GlobalOptions& global, Action* action) 
                                 : "docker run arguments: docker run $(gpuslice lease "
                                   "docker-args ID) IMAGE");
       AddConnection(cmd, o->c);
-      cmd->add_option("id", o->id, "Lease id")->required();
+      cmd->add_option("id", o->id, "Lease id")->required()->check(PositiveId());
       if (verb == "docker-args") {
         cmd->add_flag("--no-interposer", o->no_interposer,
                       "Print a share's arguments even when this machine's CUDA interposer is not "
@@ -361,13 +363,23 @@ void AddRunCommands(CLI::App& app, const GlobalOptions& global, Action* action) 
             }
             const std::map<std::string, std::string> env = LeaseEnv(lease);
             for (const auto& [name, value] : env) {
-              std::cout << "export " << name << "='" << value << "'\n";
+              if (!util::IsEnvName(name)) {
+                PrintError(absl::StrCat("lease ", o->id,
+                                        ": the server sent a variable name that "
+                                        "is not one (refused, nothing printed): ",
+                                        util::ShellQuote(name)));
+                return 1;
+              }
+            }
+            for (const auto& [name, value] : env) {
+              std::cout << "export " << name << "=" << util::ShellQuote(value) << "\n";
             }
             if (NeedsInterposer(env)) {
               if (absl::StatusOr<std::string> interposer = FindInterposer(); interposer.ok()) {
                 std::cout << "# the CUDA interposer that enforces the share, as installed on this "
                              "machine (where `gpuslice lease env` ran)\n"
-                          << "export LD_PRELOAD='" << PreloadWith(*interposer) << "'\n";
+                          << "export LD_PRELOAD=" << util::ShellQuote(PreloadWith(*interposer))
+                          << "\n";
               } else {
                 std::cerr << "gpuslice: warning: " << interposer.status().message()
                           << "; load it with LD_PRELOAD where the lease's processes run, or its "
@@ -399,9 +411,20 @@ void AddRunCommands(CLI::App& app, const GlobalOptions& global, Action* action) 
           }
           if (o->c.json_output) {
             PrintJson(json(args));
-          } else {
-            std::cout << absl::StrJoin(args, " ") << "\n";
+            return kExitOk;
           }
+          // `docker run $(...)` splits the output on white space and expands globs, and no
+          // quoting survives it: a word that would not come through unchanged is refused.
+          for (const std::string& arg : args) {
+            if (!util::IsSplitSafeWord(arg)) {
+              PrintError(absl::StrCat(
+                  "lease ", o->id, ": the docker argument ", util::ShellQuote(arg),
+                  " would not survive `docker run $(...)` unchanged (white space, quotes or glob "
+                  "characters); nothing printed. --json prints the arguments as a JSON array"));
+              return 1;
+            }
+          }
+          std::cout << absl::StrJoin(args, " ") << "\n";
           return kExitOk;
         };
       });

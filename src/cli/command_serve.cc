@@ -2,6 +2,7 @@
 // or of a simulated fleet when no driver is present, over the HTTP API (gpuslice/api/server.h).
 // Its own machine is reported to the service in-process, as an agent reports its machine, so it
 // takes fixed layouts too: each tick carries out the machine's layout with the reconciler.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,6 +18,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "alert_runner.h"
 #include "alert_webhook.h"
 #include "client.h"
@@ -26,13 +28,17 @@
 #include "gpuslice/alloc/service.h"
 #include "gpuslice/alloc/usage.h"
 #include "gpuslice/api/server.h"
+#include "gpuslice/api/tls.h"
 #include "gpuslice/device/nvml_backend.h"
+#include "gpuslice/device/presence.h"
 #include "gpuslice/device/sim_backend.h"
 #include "gpuslice/device/sim_machine.h"
+#include "gpuslice/device/sim_store.h"
 #include "gpuslice/device/synchronized_backend.h"
 #include "gpuslice/metrics/collector.h"
 #include "gpuslice/shim/slices.h"
 #include "gpuslice/store/database.h"
+#include "gpuslice/util/private_file.h"
 #include "layout_runner.h"
 
 namespace gpuslice::cli {
@@ -67,7 +73,7 @@ absl::StatusOr<std::vector<device::GpuInfo>> KnownGpus(device::Backend& backend)
 // again when MIG modes changed, and tells the service how it went.
 void CarryOutLocalLayout(alloc::Service& service, device::SynchronizedBackend& backend,
                          const hw::Catalog& catalog, alloc::DeviceBinder& binder) {
-  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin};
+  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin, ""};
   absl::StatusOr<std::optional<alloc::NodeLayout>> layout = service.GetLayout(system, Hostname());
   if (!layout.ok() || !layout->has_value()) {
     binder.SetFixedGpus({});
@@ -138,7 +144,7 @@ std::vector<metrics::Holder> LocalHolders(alloc::Service& service,
 absl::StatusOr<std::string> Scrape(alloc::Service& service, device::Backend& backend,
                                    std::mutex& idle_mutex, alloc::IdleTracker& idle,
                                    const AlertRunner& alerts) {
-  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin};
+  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin, ""};
   metrics::MachineFigures machine = metrics::Collect(backend, Hostname());
   metrics::CollectSlices(shim::SliceDirectory(), machine);
   absl::StatusOr<std::vector<alloc::Lease>> leases = service.Leases(system);
@@ -197,7 +203,7 @@ absl::StatusOr<std::string> Scrape(alloc::Service& service, device::Backend& bac
 // One round of this machine's alerts: its collector's changes go to the service in-process.
 void LocalAlerts(alloc::Service& service, device::SynchronizedBackend& backend,
                  std::mutex& idle_mutex, alloc::IdleTracker& idle, AlertRunner& alerts) {
-  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin};
+  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin, ""};
   absl::StatusOr<std::vector<alloc::Lease>> leases = service.Leases(system);
   if (!leases.ok()) return;
   const std::int64_t now = EpochNow();
@@ -221,7 +227,7 @@ void LocalAlerts(alloc::Service& service, device::SynchronizedBackend& backend,
 
 // One round of the usage history for this machine's leases: one collection, one RecordUsage.
 void RecordLocalUsage(alloc::Service& service, device::SynchronizedBackend& backend) {
-  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin};
+  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin, ""};
   absl::StatusOr<std::vector<alloc::Lease>> leases = service.Leases(system);
   if (!leases.ok()) return;
   std::optional<metrics::MachineFigures> machine;
@@ -253,12 +259,82 @@ struct ServeOptions {
   std::string policy = "gpuslice";
   int tick_s = 5;
   std::string alert_webhook;
+  std::string tls_cert;  // with tls_key: the operator's pair
+  std::string tls_key;
+  std::string
+      tls_client_ca;    // agents must present a certificate this CA signed, named for their machine
+  std::string tls_dir;  // where the self-signed pair lives (default: beside the admin token)
+  bool insecure = false;  // plain HTTP
 };
+
+// The simulated fleet, kept in a state file beside the admin token (gpuslice-sim.json), so
+// that a restart, even after kill -9, finds the MIG instances its leases hold with their UUIDs,
+// as a real GPU keeps them. A file of another fleet (other models) is replaced, and said so.
+absl::StatusOr<std::shared_ptr<device::Backend>> KeptSimulatedFleet(
+    const ServeOptions& options, const device::sim::SimState& fresh, const hw::Catalog& catalog) {
+  std::string dir = std::filesystem::path(options.token_file).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const std::string file = dir + "/gpuslice-sim.json";
+  absl::StatusOr<std::unique_ptr<device::SimBackend>> kept =
+      device::SimBackend::OpenFile(file, catalog);
+  if (kept.ok()) {
+    absl::StatusOr<std::vector<device::GpuInfo>> gpus = (*kept)->ListGpus();
+    bool same = gpus.ok() && gpus->size() == fresh.gpus.size();
+    for (std::size_t i = 0; same && i < fresh.gpus.size(); ++i) {
+      same = (*gpus)[i].model != nullptr && (*gpus)[i].model->id == fresh.gpus[i].model_id;
+    }
+    if (same) return std::shared_ptr<device::Backend>(*std::move(kept));
+    std::cerr << "gpuslice serve: " << file
+              << " holds another simulated fleet; starting it afresh\n";
+  }
+  if (absl::Status st = device::sim::SimStore::Create(file, fresh, /*overwrite=*/true); !st.ok()) {
+    return st;
+  }
+  absl::StatusOr<std::unique_ptr<device::SimBackend>> made =
+      device::SimBackend::OpenFile(file, catalog);
+  if (!made.ok()) return made.status();
+  return std::shared_ptr<device::Backend>(*std::move(made));
+}
+
+// The TLS context serve listens with: the operator's pair, or the self-signed pair of an earlier
+// start, or a new one. Null with --insecure. `*how` says which, for the banner.
+absl::StatusOr<std::unique_ptr<api::TlsServerContext>> ServerTls(const ServeOptions& options,
+                                                                 std::string* cert_file,
+                                                                 std::string* how) {
+  if (options.insecure) return std::unique_ptr<api::TlsServerContext>();
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  std::string cert = options.tls_cert;
+  std::string key = options.tls_key;
+  *how = "the given certificate";
+  if (cert.empty()) {
+    std::string dir = options.tls_dir;
+    if (dir.empty()) dir = std::filesystem::path(options.token_file).parent_path().string();
+    if (dir.empty()) dir = ".";
+    cert = dir + "/gpuslice-tls.crt";
+    key = dir + "/gpuslice-tls.key";
+    *how = "the self-signed certificate of an earlier start";
+    if (!std::filesystem::exists(cert) || !std::filesystem::exists(key)) {
+      if (absl::Status st = api::MakeSelfSignedCertificate(
+              cert, key, {"localhost", Hostname(), "127.0.0.1", "::1"});
+          !st.ok()) {
+        return st;
+      }
+      *how = "a NEW self-signed certificate";
+    }
+  }
+  *cert_file = std::filesystem::absolute(cert).string();
+  return api::TlsServerContext::Load(cert, key, options.tls_client_ca);
+}
 
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 
 int RunServe(const GlobalOptions& global, const ServeOptions& options) {
+  // Everything serve writes (the store and its journal, the admin token, TLS keys) is its
+  // owner's alone: the store holds token hashes and every tenant's leases.
+  ::umask(077);
   const hw::Catalog* catalog = LoadCatalog(global);
   if (catalog == nullptr) return kExitBadInput;
   const size_t colon = options.listen.rfind(':');
@@ -268,21 +344,34 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
     PrintError("--listen: HOST:PORT, e.g. 127.0.0.1:8470");
     return kExitBadInput;
   }
-  // The GPUs: NVML when a driver is there, else a simulated fleet; say which, loudly.
+  // The GPUs: NVML when a driver is there, a simulated fleet only where the machine shows no
+  // sign of NVIDIA hardware or driver (or with --sim-fleet); say which, loudly.
   std::vector<device::GpuInfo> gpus;
   std::string source;
   bool simulated = true;
   std::shared_ptr<device::Backend> backend;  // the in-process agent's
   if (options.sim_fleet.empty()) {
+    absl::StatusOr<std::vector<device::GpuInfo>> listed;
     absl::StatusOr<std::unique_ptr<device::NvmlBackend>> nvml = device::NvmlBackend::Load(*catalog);
-    if (nvml.ok()) {
-      absl::StatusOr<std::vector<device::GpuInfo>> listed = (*nvml)->ListGpus();
-      if (listed.ok() && !listed->empty()) {
-        gpus = *listed;
-        simulated = false;
-        source = absl::StrCat("local GPUs through NVML (", (*nvml)->Describe(), ")");
-        backend = *std::move(nvml);
-      }
+    if (nvml.ok()) listed = (*nvml)->ListGpus();
+    const bool no_library = !nvml.ok() && !device::NvmlBackend::LibraryLoadable();
+    const std::vector<std::string> traces = device::NvidiaTraces();
+    if (nvml.ok() && listed.ok() && !listed->empty()) {
+      gpus = *listed;
+      simulated = false;
+      source = absl::StrCat("local GPUs through NVML (", (*nvml)->Describe(), ")");
+      backend = *std::move(nvml);
+    } else if (!no_library || !traces.empty()) {
+      const std::string why = !nvml.ok()     ? std::string(nvml.status().message())
+                              : !listed.ok() ? std::string(listed.status().message())
+                                             : "NVML lists no GPU";
+      PrintError(absl::StrCat(
+          "this machine has NVIDIA ", no_library ? "devices" : "driver library",
+          traces.empty() ? "" : absl::StrCat(" (", absl::StrJoin(traces, "; "), ")"),
+          " but its GPUs cannot be used: ", why,
+          ". Refusing to hand out a simulated fleet on a GPU host; fix the driver (see `gpuslice "
+          "doctor`), or pass --sim-fleet SPEC to serve a simulated fleet on purpose"));
+      return 1;
     }
   }
   const std::string fleet =
@@ -302,7 +391,13 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
         gpu.mig_pending = device::MigMode::kEnabled;
       }
     }
-    backend = std::make_shared<device::SimBackend>(*std::move(state), *catalog);
+    absl::StatusOr<std::shared_ptr<device::Backend>> kept =
+        KeptSimulatedFleet(options, *state, *catalog);
+    if (!kept.ok()) {
+      PrintError(std::string(kept.status().message()));
+      return 1;
+    }
+    backend = *std::move(kept);
     absl::StatusOr<std::vector<device::GpuInfo>> listed = backend->ListGpus();
     if (!listed.ok()) {
       PrintError(std::string(listed.status().message()));
@@ -343,8 +438,8 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
   // This machine joins like an agent's (kept in the store, with its layout if an admin set one).
   // Without it (a host name the API cannot carry, say) serve still hands out its GPUs, only
   // without fixed layouts for this machine.
-  if (absl::Status s = (*service)->ReportNode(alloc::Caller{"gpuslice", "", alloc::Role::kAdmin},
-                                              LocalReport(gpus));
+  if (absl::Status s = (*service)->ReportNode(
+          alloc::Caller{"gpuslice", "", alloc::Role::kAdmin, ""}, LocalReport(gpus));
       !s.ok()) {
     std::cerr << "gpuslice serve: this machine is not in `gpuslice node list` (" << s.message()
               << "); its GPUs are handed out, but it cannot take a fixed layout\n";
@@ -356,22 +451,24 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
     return 1;
   }
   if (admin->has_value()) {
-    const std::string tmp = options.token_file + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << **admin << "\n";
-      if (!out) {
-        PrintError(absl::StrCat("cannot write ", tmp));
-        return 1;
-      }
+    if (absl::Status st = util::WritePrivateFile(options.token_file, **admin + "\n"); !st.ok()) {
+      PrintError(std::string(st.message()));
+      return 1;
     }
-    std::filesystem::permissions(
-        tmp, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
-    std::filesystem::rename(tmp, options.token_file);
+  }
+  std::string cert_file;
+  std::string tls_how;
+  absl::StatusOr<std::unique_ptr<api::TlsServerContext>> tls =
+      ServerTls(options, &cert_file, &tls_how);
+  if (!tls.ok()) {
+    PrintError(std::string(tls.status().message()));
+    return kExitBadInput;
   }
   api::ServerOptions server_options;
   server_options.host = options.listen.substr(0, colon);
   server_options.port = port;
+  server_options.tls = *tls != nullptr ? (*tls)->get() : nullptr;
+  server_options.agents_need_client_certificates = !options.tls_client_ca.empty();
   alloc::Service& served = **service;
   AlertRunner alerts(Hostname());
   std::unique_ptr<AlertWebhook> webhook;
@@ -397,18 +494,30 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
   }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  const std::string url = absl::StrCat("http://", server_options.host, ":", server.port());
+  const std::string host_in_url = server_options.host.find(':') != std::string::npos
+                                      ? absl::StrCat("[", server_options.host, "]")
+                                      : server_options.host;
+  const std::string url =
+      absl::StrCat(*tls != nullptr ? "https://" : "http://", host_in_url, ":", server.port());
   std::cout << "gpuslice serve: handing out " << (*service)->inventory().total_gpus() << " GPUs of "
             << source << "\n"
             << "  store:  " << (*service)->store_kind() << " " << where << "\n"
-            << "  listen: " << url << "   (health: " << url << "/v1/health)\n"
-            << "  admin token: "
+            << "  listen: " << url << "   (health: " << url << "/v1/health)\n";
+  if (*tls != nullptr) {
+    std::cout << "  TLS:    " << tls_how << " " << cert_file << "\n"
+              << "          SHA-256 fingerprint " << (*tls)->fingerprint() << "\n"
+              << "          clients trust it with --ca " << cert_file
+              << " (or GPUSLICE_CA; ./gpuslice-tls.crt is read when present)\n";
+  } else {
+    std::cout << "  WARNING: --insecure: plain HTTP, API tokens cross the network in clear\n";
+  }
+  std::cout << "  admin token: "
             << (admin->has_value() ? std::filesystem::absolute(options.token_file).string()
                                    : std::string("(an admin exists already; token file from the "
                                                  "first start)"))
             << "\n\nTry next, in another terminal:\n"
             << "  export GPUSLICE_SERVER=" << url << " GPUSLICE_TOKEN=$(cat " << options.token_file
-            << ")\n"
+            << ")" << (*tls != nullptr ? " GPUSLICE_CA=" + cert_file : std::string()) << "\n"
             << "  gpuslice admin tenant team-a --quota small=4 && gpuslice admin user ann --tenant "
                "team-a\n"
             << "  GPUSLICE_TOKEN=<ann's token> gpuslice acquire --class small --purpose "
@@ -456,6 +565,21 @@ void AddServeCommand(CLI::App& app, const GlobalOptions& global, Action* action)
   cmd->add_option("--admin-token-file", options->token_file,
                   "Where the first start writes the admin's API token (mode 0600)")
       ->capture_default_str();
+  cmd->add_option(
+      "--tls-cert", options->tls_cert,
+      "The server's certificate chain (PEM), with --tls-key. Without them serve makes a "
+      "self-signed pair in --tls-dir on its first start and prints its fingerprint");
+  cmd->add_option("--tls-key", options->tls_key, "The certificate's private key (PEM)");
+  cmd->add_option("--tls-dir", options->tls_dir,
+                  "Where the self-signed pair is kept (gpuslice-tls.crt, gpuslice-tls.key; "
+                  "default: the admin token file's directory)");
+  cmd->add_option("--tls-client-ca", options->tls_client_ca,
+                  "Mutual TLS for agents: a CA (PEM); an agent's token is then accepted only over "
+                  "a connection whose client certificate this CA signed for the agent's machine "
+                  "(common name or DNS name = the machine)");
+  cmd->add_flag("--insecure", options->insecure,
+                "Plain HTTP, no TLS: tokens cross the network in clear. Only behind a TLS proxy "
+                "or on a trusted loopback");
   cmd->add_option("--policy", options->policy, "Placement policy (see gpuslice replay)")
       ->capture_default_str();
   cmd->add_option("--tick", options->tick_s, "Seconds between expiry/idle/queue sweeps")

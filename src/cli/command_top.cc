@@ -20,6 +20,7 @@
 #include <iostream>
 #include <thread>
 
+#include "client.h"
 #include "common.h"
 #include "device_options.h"
 #include "gpuslice/metrics/collector.h"
@@ -157,7 +158,17 @@ class LeaseSource {
 
  private:
   void Fetch() {
+    const bool tls = server_.rfind("https://", 0) == 0;
+    if (!tls && server_.rfind("http://", 0) != 0) {
+      leases_.clear();
+      status_ = "leases: " + server_ + " is not an http:// or https:// URL";
+      return;
+    }
     httplib::Client client(server_);
+    if (tls) {
+      client.enable_server_certificate_verification(true);
+      if (const std::string ca = CaFile(ClientOptions{}); !ca.empty()) client.set_ca_cert_path(ca);
+    }
     client.set_connection_timeout(1);
     client.set_read_timeout(2);
     httplib::Headers headers;

@@ -15,6 +15,8 @@ namespace gpuslice::cli {
 
 // Exit codes: 0 success / valid, 1 a check failed (invalid layout), 2 bad input or usage.
 inline constexpr int kExitOk = 0;
+// `acquire`: the request waits in the queue; no slice is granted yet.
+inline constexpr int kExitQueued = 4;
 inline constexpr int kExitCheckFailed = 1;
 inline constexpr int kExitBadInput = 2;
 

@@ -1,4 +1,5 @@
 // The gpuslice command: one subcommand per user job. Only parses arguments and wires the libraries.
+#include <csignal>
 #include <iostream>
 
 #include "common.h"
@@ -18,6 +19,10 @@ void AddDevicePluginCommand(CLI::App& app, const GlobalOptions& global, Action* 
 
 int main(int argc, char** argv) {
   using namespace gpuslice::cli;
+  // A server that closes a connection early (an error answered before the body was read) must
+  // not kill the client: writes then fail with EPIPE and the reply or the error is reported.
+  // (`gpuslice run` gives its command the default disposition back.)
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app(
       "gpuslice — slice NVIDIA GPUs into isolated, right-sized pieces.\n\n"
       "Explore the MIG hardware model:\n"

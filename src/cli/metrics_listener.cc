@@ -61,7 +61,13 @@ absl::Status MetricsListener::Start(const ListenAddress& address) {
     const int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
-  server->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  server->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!token_.empty() && req.get_header_value("Authorization") != "Bearer " + token_) {
+      res.status = 401;
+      res.set_content("gpuslice: /metrics needs the agent's metrics token (Bearer)\n",
+                      "text/plain; charset=utf-8");
+      return;
+    }
     absl::StatusOr<std::string> text = provider_();
     if (!text.ok()) {
       res.status = 500;
@@ -119,6 +125,15 @@ void MetricsListener::Stop() {
   }
   server_.reset();
   port_ = 0;
+}
+
+}  // namespace gpuslice::cli
+
+namespace gpuslice::cli {
+
+bool NeedsToken(const ListenAddress& address) {
+  const std::string& host = address.host;
+  return !(host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0);
 }
 
 }  // namespace gpuslice::cli

@@ -5,8 +5,9 @@
 //   GET /metrics   200 with the provider's text and Content-Type metrics::kContentType;
 //                  500 with a one-line message when the provider fails;
 //   anything else  404.
-// There is no authentication: bind it to an address only the Prometheus server reaches (loopback,
-// a monitoring network), as dcgm-exporter's listener is.
+// With a token (RequireToken), a scrape must send `Authorization: Bearer <token>` (401
+// otherwise; Prometheus's `authorization` / `bearer_token_file`). Without one the listener must
+// be on a loopback address (NeedsToken tells; `gpuslice agent` refuses otherwise).
 //
 // Start binds and starts serving before it returns (the port then accepts connections), or fails
 // with InvalidArgument (a bad address) or Unavailable (the port cannot be bound) and no thread.
@@ -43,6 +44,10 @@ absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& text);
 // ParseListenAddress's answer with its error prefixed by "--metrics-listen: ".
 absl::StatusOr<std::optional<ListenAddress>> ParseMetricsListenOption(const std::string& text);
 
+// True unless `address` is a loopback one (127.0.0.0/8, ::1, localhost): a listener anyone on the
+// network reaches must ask for a token.
+bool NeedsToken(const ListenAddress& address);
+
 class MetricsListener {
  public:
   using Provider = std::function<absl::StatusOr<std::string>()>;
@@ -52,6 +57,8 @@ class MetricsListener {
   MetricsListener(const MetricsListener&) = delete;
   MetricsListener& operator=(const MetricsListener&) = delete;
 
+  // Scrapes must carry this bearer token (set before Start; empty: none).
+  void RequireToken(std::string token) { token_ = std::move(token); }
   absl::Status Start(const ListenAddress& address);
   void Stop();
 
@@ -60,6 +67,7 @@ class MetricsListener {
 
  private:
   Provider provider_;
+  std::string token_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   std::atomic<bool> loop_ended_{false};

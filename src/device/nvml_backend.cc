@@ -435,6 +435,17 @@ NvmlBackend::~NvmlBackend() {
   if (handle_ != nullptr) ::dlclose(handle_);
 }
 
+bool NvmlBackend::LibraryLoadable(std::string library) {
+  if (library.empty()) {
+    const char* env = std::getenv(kLibraryEnv);
+    library = env != nullptr && *env != '\0' ? env : kDefaultLibrary;
+  }
+  void* handle = ::dlopen(library.c_str(), RTLD_LAZY | RTLD_LOCAL);
+  if (handle == nullptr) return false;
+  ::dlclose(handle);
+  return true;
+}
+
 absl::StatusOr<std::unique_ptr<NvmlBackend>> NvmlBackend::Load(const hw::Catalog& catalog,
                                                                std::string library) {
   if (library.empty()) {

@@ -63,6 +63,11 @@ const std::vector<std::vector<std::string>>& Steps() {
           "NULL, processes_peak BIGINT NOT NULL, PRIMARY KEY (lease, bucket_start, bucket_s))",
           "CREATE INDEX usage_by_age ON usage (bucket_s, bucket_start)",
       },
+      // 6: an agent's token is bound to one machine ('' for other roles, and for agent tokens
+      // made before binding, which the service refuses where a machine is named).
+      {
+          "ALTER TABLE users ADD COLUMN machine TEXT NOT NULL DEFAULT ''",
+      },
   };
   return steps;
 }

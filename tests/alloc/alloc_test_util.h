@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gpuslice/alloc/service.h"
 #include "gpuslice/place/cluster.h"
 #include "gpuslice/store/database.h"
@@ -102,6 +103,18 @@ class FaultyDatabase final : public store::Database {
   std::unique_ptr<store::Database> inner_;
   std::shared_ptr<Faults> faults_;
 };
+
+// A GPU UUID as NVML writes it, the same for the same `tag` and `index` (a test's GPUs must
+// carry real-looking UUIDs: the service refuses anything else).
+inline std::string GpuUuid(std::string_view tag, int index) {
+  std::uint32_t hash = 2166136261u;
+  for (char c : tag) hash = (hash ^ static_cast<unsigned char>(c)) * 16777619u;
+  return absl::StrFormat("GPU-%08x-0000-4000-8000-%012x", hash, index);
+}
+// A MIG device UUID (R470 format), likewise.
+inline std::string MigUuid(std::string_view tag, int index) {
+  return "MIG-" + GpuUuid(tag, index).substr(4);
+}
 
 inline place::NodeSpec MigA100(const std::string& name, int gpus) {
   return place::testing::MigNode(name, gpus, "A100-80GB");

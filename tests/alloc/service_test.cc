@@ -752,8 +752,15 @@ TEST_F(ServiceTest, PerClassSliceQuota) {
   EXPECT_EQ(third.outcome, Outcome::kRefused);
   EXPECT_THAT(third.reason, HasSubstr("over quota"));
   EXPECT_THAT(Queued(), IsEmpty());
-  // Other classes are not limited.
-  Grant(a, ClassRequest("medium", "other class"));
+  // With slice quotas, a class without one is not the tenant's to take (wave 1 let it through
+  // unlimited), nor is the same slice asked for by profile.
+  AcquireResult other = Acquire(a, ClassRequest("medium", "other class"));
+  EXPECT_EQ(other.outcome, Outcome::kRefused);
+  EXPECT_THAT(other.reason, HasSubstr("only for the classes small"));
+  AcquireRequest by_profile;
+  by_profile.profile = "1g.10gb";
+  by_profile.purpose = "same slice, other name";
+  EXPECT_EQ(Acquire(a, by_profile).outcome, Outcome::kRefused);
   // Another tenant is not limited by team-a's quota.
   const Caller b = AddTenant("team-b");
   Grant(b, ClassRequest("small", "b"));
@@ -1417,7 +1424,7 @@ TEST_F(ServiceTest, EveryChangeIsAuditedWithActorTenantAndPurpose) {
   PutClass(big);
   TenantSpec spec;
   spec.name = "team-a";
-  spec.max_slices = {{"small", 0}};
+  spec.max_slices = {{"small", 0}, {"big", 10}};
   const Caller a = AddTenant(spec, "alice");
   AcquireRequest short_big = ClassRequest("big", "p-grant");
   short_big.ttl_s = 10;

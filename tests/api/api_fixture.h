@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <csignal>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +26,11 @@
 #include "nlohmann/json.hpp"
 
 namespace gpuslice::api::testing {
+
+// The server closes a connection right after an early error answer (a body over the limit is
+// refused before it is read); the client's write then fails with EPIPE, which must not kill the
+// test process. Done once, before main, in every test binary that includes this header.
+inline const bool kSigpipeIgnored = (std::signal(SIGPIPE, SIG_IGN), true);
 
 struct Reply {
   int status = 0;  // 0: no answer
@@ -83,13 +90,14 @@ class ApiFixture : public ::testing::Test {
     service_ = *std::move(service);
     ServerOptions server_options;
     server_options.port = 0;
+    server_options.metrics = metrics_;
     server_ = std::make_unique<ApiServer>(*service_, server_options);
     absl::Status started = server_->Start();
     ASSERT_TRUE(started.ok()) << started;
   }
 
   // Open(), then the admin root (admin_), tenant team-a with its user ann (tenant_) and the agent
-  // user agent-r1 (agent_).
+  // user agent-r1 (agent_), bound to machine r1.
   void Start(place::Cluster inventory) {
     ASSERT_NO_FATAL_FAILURE(Open(std::move(inventory)));
     absl::StatusOr<std::optional<std::string>> token = service_->BootstrapAdmin("root");
@@ -99,15 +107,17 @@ class ApiFixture : public ::testing::Test {
     Reply put = Call("PUT", "/v1/tenants/team-a", admin_, nlohmann::json::object());
     ASSERT_EQ(put.status, 200) << put.text;
     tenant_ = User("ann", "team-a", "tenant");
-    agent_ = User("agent-r1", "", "agent");
+    agent_ = User("agent-r1", "", "agent", "r1");
     ASSERT_FALSE(tenant_.empty());
     ASSERT_FALSE(agent_.empty());
   }
 
   // A new user's token ("" when refused).
-  std::string User(const std::string& name, const std::string& tenant, const std::string& role) {
+  std::string User(const std::string& name, const std::string& tenant, const std::string& role,
+                   const std::string& machine = "") {
     nlohmann::json body = {{"name", name}, {"role", role}};
     if (!tenant.empty()) body["tenant"] = tenant;
+    if (!machine.empty()) body["machine"] = machine;
     Reply created = Call("POST", "/v1/users", admin_, body);
     EXPECT_EQ(created.status, 201) << created.text;
     if (created.status != 201) return "";
@@ -141,6 +151,8 @@ class ApiFixture : public ::testing::Test {
   alloc::testing::FakeClock clock_;
   std::unique_ptr<alloc::Service> service_;
   std::unique_ptr<ApiServer> server_;
+  // GET /metrics's text, when set before Open().
+  std::function<absl::StatusOr<std::string>()> metrics_;
   std::string admin_;
   std::string tenant_;
   std::string agent_;

@@ -38,8 +38,10 @@ using testing::Count;
 using testing::Reply;
 
 json Gpu(int index, const std::string& model = "H100-80GB", bool mig = true) {
-  return json{
-      {"index", index}, {"uuid", absl::StrCat("GPU-r1-", index)}, {"model", model}, {"mig", mig}};
+  return json{{"index", index},
+              {"uuid", alloc::testing::GpuUuid("r1", index)},
+              {"model", model},
+              {"mig", mig}};
 }
 
 json Report(json gpus) {
@@ -83,14 +85,16 @@ class NodesApiTest : public ::testing::Test {
     Reply put = Call("PUT", "/v1/tenants/team-a", admin_, json::object());
     ASSERT_EQ(put.status, 200) << put.text;
     tenant_ = User("ann", "team-a", "tenant");
-    agent_ = User("agent-r1", "", "agent");
+    agent_ = User("agent-r1", "", "agent", "r1");
     ASSERT_FALSE(tenant_.empty());
     ASSERT_FALSE(agent_.empty());
   }
 
-  std::string User(const std::string& name, const std::string& tenant, const std::string& role) {
+  std::string User(const std::string& name, const std::string& tenant, const std::string& role,
+                   const std::string& machine = "") {
     json body = {{"name", name}, {"role", role}};
     if (!tenant.empty()) body["tenant"] = tenant;
+    if (!machine.empty()) body["machine"] = machine;
     Reply created = Call("POST", "/v1/users", admin_, body);
     EXPECT_EQ(created.status, 201) << created.text;
     if (created.status != 201) return "";
@@ -193,14 +197,18 @@ TEST_F(NodesApiTest, AReportedMachineJoinsTheInventoryAndTakesLeases) {
   EXPECT_EQ(ids, (std::set<std::int64_t>{remote[0]["id"].get<std::int64_t>(),
                                          remote[1]["id"].get<std::int64_t>()}));
   // An unknown host has no assignments.
-  EXPECT_EQ(Call("GET", "/v1/nodes/nowhere/assignments", agent_).status, 404);
+  EXPECT_EQ(Call("GET", "/v1/nodes/nowhere/assignments", admin_).status, 404);
+  EXPECT_EQ(Call("GET", "/v1/nodes/nowhere/assignments", agent_).status, 403);
 
   // The agent reports the first one's devices; the second (wrong device count), an unknown id
   // and a local lease are ignored.
   const std::int64_t first = remote[0]["id"].get<std::int64_t>();
   const std::int64_t second = remote[1]["id"].get<std::int64_t>();
-  const json device = {
-      {"uuid", "MIG-x"}, {"gpu_uuid", "GPU-r1-0"}, {"gpu_index", 0}, {"gi", 1}, {"ci", 0}};
+  const json device = {{"uuid", alloc::testing::MigUuid("x", 0)},
+                       {"gpu_uuid", alloc::testing::GpuUuid("r1", 0)},
+                       {"gpu_index", 0},
+                       {"gi", 1},
+                       {"ci", 0}};
   Reply bound = Call("POST", "/v1/nodes/r1/bound", agent_,
                      json{{"leases",
                            {{std::to_string(first), json::array({device})},
@@ -215,9 +223,9 @@ TEST_F(NodesApiTest, AReportedMachineJoinsTheInventoryAndTakesLeases) {
   Reply got = Call("GET", "/v1/leases/" + std::to_string(first), tenant_);
   ASSERT_EQ(got.status, 200) << got.text;
   ASSERT_EQ(got.body["bound"].size(), 1u) << got.text;
-  EXPECT_EQ(got.body["bound"][0]["uuid"], "MIG-x");
+  EXPECT_EQ(got.body["bound"][0]["uuid"], alloc::testing::MigUuid("x", 0));
   EXPECT_EQ(got.body["bound"][0]["gi"], 1);
-  EXPECT_EQ(got.body["env"]["CUDA_VISIBLE_DEVICES"], "MIG-x") << got.text;
+  EXPECT_EQ(got.body["env"]["CUDA_VISIBLE_DEVICES"], alloc::testing::MigUuid("x", 0)) << got.text;
   Reply other = Call("GET", "/v1/leases/" + std::to_string(second), tenant_);
   EXPECT_TRUE(other.body["bound"].empty()) << other.text;
   // Assignments now carry what was bound.
@@ -300,7 +308,8 @@ TEST_F(NodesApiTest, BadReportsAre400AndChangeNothing) {
   };
   for (const auto& [message, body] : cases) {
     for (const std::string host : {"r1", "r2"}) {
-      Reply reply = Call("PUT", "/v1/nodes/" + host, agent_, body);
+      // r1's own agent; r2 (not reported) through the admin.
+      Reply reply = Call("PUT", "/v1/nodes/" + host, host == "r1" ? agent_ : admin_, body);
       EXPECT_EQ(reply.status, 400) << message << " on " << host << ": " << reply.text;
       ASSERT_TRUE(reply.body.is_object()) << reply.text;
       EXPECT_THAT(reply.body.value("error", ""), HasSubstr(message)) << reply.text;
@@ -320,11 +329,19 @@ TEST_F(NodesApiTest, BadReportsAre400AndChangeNothing) {
     EXPECT_EQ(reply.status, 400) << body.dump() << ": " << reply.text;
   }
   EXPECT_EQ(Call("POST", "/v1/nodes/r2/bound", agent_, json{{"leases", json::object()}}).status,
+            403);  // r1's agent, another machine
+  EXPECT_EQ(Call("POST", "/v1/nodes/r2/bound", admin_, json{{"leases", json::object()}}).status,
             404);
 
   EXPECT_EQ(Get("/v1/nodes", "nodes"), nodes_before);
   EXPECT_EQ(InventoryNames(), inventory_before);
-  EXPECT_EQ(Audit(), audit_before);
+  // Nothing audited but the one refusal of r1's agent reaching for r2.
+  json audit = Audit();
+  ASSERT_FALSE(audit.empty());
+  EXPECT_EQ(audit.back()["action"], "agent.refuse");
+  EXPECT_EQ(audit.back()["subject"], "r2");
+  audit.erase(audit.size() - 1);
+  EXPECT_EQ(audit, audit_before);
 }
 
 TEST_F(NodesApiTest, ReportingTheSameGpusAgainChangesNothing) {
@@ -393,8 +410,11 @@ TEST_F(NodesApiTest, AReportedMachineSurvivesARestart) {
   const std::vector<json> remote = AcquireOnR1(2);
   ASSERT_EQ(remote.size(), 2u);
   const std::int64_t first = remote[0]["id"].get<std::int64_t>();
-  const json device = {
-      {"uuid", "MIG-keep"}, {"gpu_uuid", "GPU-r1-0"}, {"gpu_index", 0}, {"gi", 2}, {"ci", 0}};
+  const json device = {{"uuid", alloc::testing::MigUuid("keep", 0)},
+                       {"gpu_uuid", alloc::testing::GpuUuid("r1", 0)},
+                       {"gpu_index", 0},
+                       {"gi", 2},
+                       {"ci", 0}};
   ASSERT_EQ(Call("POST", "/v1/nodes/r1/bound", agent_,
                  json{{"leases", {{std::to_string(first), json::array({device})}}}})
                 .status,
@@ -411,7 +431,8 @@ TEST_F(NodesApiTest, AReportedMachineSurvivesARestart) {
   EXPECT_EQ(Count(Audit(), "lose"), 0);
   Reply got = Call("GET", "/v1/leases/" + std::to_string(first), tenant_);
   EXPECT_EQ(got.body["state"], "active") << got.text;
-  EXPECT_EQ(got.body["env"]["CUDA_VISIBLE_DEVICES"], "MIG-keep") << got.text;
+  EXPECT_EQ(got.body["env"]["CUDA_VISIBLE_DEVICES"], alloc::testing::MigUuid("keep", 0))
+      << got.text;
   // Reporting the same GPUs after the restart (as an agent does) still changes nothing.
   ASSERT_EQ(Call("PUT", "/v1/nodes/r1", agent_, Report(json::array({Gpu(0), Gpu(1)}))).status, 200);
   EXPECT_EQ(Count(Audit(), "node.report"), 1);
@@ -483,6 +504,10 @@ TEST_F(NodesApiTest, AgentsUsageReportsDriveIdleReclaim) {
   EXPECT_EQ(Call("POST", "/v1/nodes/nowhere/usage", agent_,
                  json{{"leases", json::object()}, {"valid_s", 10}})
                 .status,
+            403);  // r1's agent, another machine
+  EXPECT_EQ(Call("POST", "/v1/nodes/nowhere/usage", admin_,
+                 json{{"leases", json::object()}, {"valid_s", 10}})
+                .status,
             404);
   ASSERT_TRUE(service_->Tick([](const alloc::Lease&) { return -1; }).ok());
   EXPECT_EQ(state(busy), "active");
@@ -522,8 +547,9 @@ TEST_F(NodesApiTest, ALayoutThatChangesModesKeepsLeasesOnTheirPhysicalGpus) {
   Reply kept = Call("GET", "/v1/leases/" + leases[2]["id"].dump(), tenant_);
   ASSERT_EQ(kept.status, 200) << kept.text;
   EXPECT_EQ(kept.body["state"], "active");
-  // GPU 1 is now the only GPU of r1/H100-80GB-mig: position 0, same instance.
-  EXPECT_EQ(device(kept.body), "GPU 0 MIG 3g.40gb" + start);
+  // GPU 1 is now the only GPU of r1/H100-80GB-mig (position 0 there), same instance: the lease
+  // names it by the index nvidia-smi -i takes, 1 (wave 1 printed its position, "GPU 0").
+  EXPECT_EQ(device(kept.body), "GPU 1 MIG 3g.40gb" + start);
   EXPECT_EQ(kept.body["node"], "r1/H100-80GB-mig");
   // The layout's other 3g.40gb instance is the only one left on the machine; GPU 0 is whole.
   Reply another = Call("POST", "/v1/leases", tenant_,

@@ -589,8 +589,9 @@ TEST_F(ApiTest, BadInputIsRefusedAndChangesNothing) {
       {"GET", "/v1/nope", std::nullopt, 404, "endpoint"},
       {"GET", "/", std::nullopt, 404, "endpoint"},
       {"GET", "/v2/leases", std::nullopt, 404, "endpoint"},
-      {"POST", "/v1/health", "{}", 404, "endpoint"},
-      {"PUT", "/v1/leases", "{}", 404, "endpoint"},
+      // A path served for other methods: 405 with Allow.
+      {"POST", "/v1/health", "{}", 405, "method not allowed"},
+      {"PUT", "/v1/leases", "{}", 405, "method not allowed"},
       // Audit queries.
       {"GET", "/v1/audit?limit=abc", std::nullopt, 400, "limit"},
       {"GET", "/v1/audit?limit=0", std::nullopt, 400, "limit"},

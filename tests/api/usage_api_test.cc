@@ -34,11 +34,12 @@ using testing::Reply;
 constexpr std::int64_t kOneDay = 86400;
 
 json Report() {
-  return json{
-      {"cpu_milli", 64000},
-      {"memory_mib", 512000},
-      {"gpus", json::array({json{
-                   {"index", 0}, {"uuid", "GPU-r1-0"}, {"model", "H100-80GB"}, {"mig", true}}})}};
+  return json{{"cpu_milli", 64000},
+              {"memory_mib", 512000},
+              {"gpus", json::array({json{{"index", 0},
+                                         {"uuid", alloc::testing::GpuUuid("r1", 0)},
+                                         {"model", "H100-80GB"},
+                                         {"mig", true}}})}};
 }
 
 class UsageApiTest : public testing::ApiFixture {
@@ -311,7 +312,12 @@ TEST_F(UsageApiTest, BadBodiesAndParametersAreRefused) {
                  json{{"leases", {{"x", {{"memory_used_mib", 1}}}}}})
                 .status,
             400);
+  // r1's agent may not report for another machine; for the admin the machine is unknown.
   EXPECT_EQ(Call("POST", "/v1/nodes/nowhere/usage", agent_,
+                 json{{"leases", {{id, {{"memory_used_mib", 1}}}}}})
+                .status,
+            403);
+  EXPECT_EQ(Call("POST", "/v1/nodes/nowhere/usage", admin_,
                  json{{"leases", {{id, {{"memory_used_mib", 1}}}}}})
                 .status,
             404);

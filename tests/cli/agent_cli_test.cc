@@ -67,7 +67,7 @@ class AgentCliTest : public ServeFixture {
     static int salt = 70;
     ASSERT_NO_FATAL_FAILURE(StartServer("gpuslice_agent_cli_", "1xA100-80GB", salt++));
     ASSERT_NO_FATAL_FAILURE(AddTeamA());
-    ASSERT_NO_FATAL_FAILURE(AddUser("agent-remote1 --agent", &agent_token_));
+    ASSERT_NO_FATAL_FAILURE(AddUser("agent-remote1 --agent --machine remote1", &agent_token_));
     token_env_->Set(ann_token_);
   }
 

@@ -82,7 +82,7 @@ class AlertsCliTest : public ServeFixture {
     token_env_ =
         std::make_unique<gpuslice::cli::testing::ScopedEnv>("GPUSLICE_TOKEN", admin_token_);
     ASSERT_NO_FATAL_FAILURE(AddTeamA());
-    ASSERT_NO_FATAL_FAILURE(AddUser("agent-r1 --agent", &agent_token_));
+    ASSERT_NO_FATAL_FAILURE(AddUser("agent-r1 --agent --machine r1", &agent_token_));
 
     // The agent's machine: an H100 in MIG mode without instances.
     state_ = dir_ + "/machine.json";

@@ -101,7 +101,7 @@ class LayoutCliTest : public ServeFixture {
     static int salt = 310;
     ASSERT_NO_FATAL_FAILURE(StartServer("gpuslice_layout_cli_", "1xL40S", salt++));
     ASSERT_NO_FATAL_FAILURE(AddTeamA());
-    ASSERT_NO_FATAL_FAILURE(AddUser("agent-remote1 --agent", &agent_token_));
+    ASSERT_NO_FATAL_FAILURE(AddUser("agent-remote1 --agent --machine remote1", &agent_token_));
     state_ = dir_ + "/remote1.json";
     Outcome created = Gpuslice("sim create '" + state_ + "' 2xH100-80GB --seed 7");
     ASSERT_EQ(created.exit_code, 0) << created.output;

@@ -121,6 +121,20 @@ TEST(MetricsListenerTest, AFailingProviderGives500WithItsMessage) {
   EXPECT_THAT(reply, HasSubstr("NVML is gone"));
 }
 
+// Wave 1's agent listener had no authentication; with a token, a scrape must send it.
+TEST(MetricsListenerTest, WithATokenOnlyScrapesThatSendItAreAnswered) {
+  MetricsListener listener([]() -> absl::StatusOr<std::string> { return std::string("x 1\n"); });
+  listener.RequireToken("s3cret");
+  ASSERT_TRUE(listener.Start({"127.0.0.1", 0}).ok());
+  EXPECT_THAT(HttpGet(listener.port(), "/metrics"), StartsWith("HTTP/1.1 401"));
+  EXPECT_THAT(HttpGet(listener.port(), "/metrics", "wrong"), StartsWith("HTTP/1.1 401"));
+  EXPECT_THAT(HttpGet(listener.port(), "/metrics", "s3cret"), StartsWith("HTTP/1.1 200"));
+  EXPECT_FALSE(gpuslice::cli::NeedsToken({"127.0.0.1", 1}));
+  EXPECT_FALSE(gpuslice::cli::NeedsToken({"::1", 1}));
+  EXPECT_TRUE(gpuslice::cli::NeedsToken({"0.0.0.0", 1}));
+  EXPECT_TRUE(gpuslice::cli::NeedsToken({"10.0.0.5", 1}));
+}
+
 TEST(MetricsListenerTest, APortInUseIsRefused) {
   MetricsListener first([]() -> absl::StatusOr<std::string> { return std::string(); });
   ASSERT_TRUE(first.Start({"127.0.0.1", 0}).ok());
@@ -221,7 +235,7 @@ class PrometheusScrapeTest : public ServeFixture {
     static int salt = 930;
     ASSERT_NO_FATAL_FAILURE(StartServer("gpuslice_prometheus_", "1xA30-24GB", salt++));
     ASSERT_NO_FATAL_FAILURE(AddTeamA());
-    ASSERT_NO_FATAL_FAILURE(AddUser("agent-remote1 --agent", &agent_token_));
+    ASSERT_NO_FATAL_FAILURE(AddUser("agent-remote1 --agent --machine remote1", &agent_token_));
   }
 
   void TearDown() override {

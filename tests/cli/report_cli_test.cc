@@ -86,7 +86,7 @@ TEST_F(ReportCliTest, AnAgentsLeaseShowsItsPeakAndThePlanTakesTheWorkloads) {
   ASSERT_NO_FATAL_FAILURE(StartServer("gpuslice_report_cli_", "1xL40S", salt++));
   ASSERT_NO_FATAL_FAILURE(AddTeamA());
   std::string agent_token;
-  ASSERT_NO_FATAL_FAILURE(AddUser("agent-remote1 --agent", &agent_token));
+  ASSERT_NO_FATAL_FAILURE(AddUser("agent-remote1 --agent --machine remote1", &agent_token));
   // remote1: one H100 in MIG mode, kept in a state file the test can put processes on.
   const std::string state = dir_ + "/remote1.json";
   Outcome created = Gpuslice("sim create '" + state + "' 1xH100-80GB --seed 7");

@@ -707,7 +707,7 @@ std::string CreateUser(httplib::Client& admin, const std::string& name, const st
 
 std::vector<std::string> ServeArgs(const std::string& db, int port) {
   return {"serve",       "--db",        db,       "--listen", "127.0.0.1:" + std::to_string(port),
-          "--sim-fleet", "2xA100-80GB", "--tick", "1"};
+          "--sim-fleet", "2xA100-80GB", "--tick", "1",        "--insecure"};
 }
 
 // The whole test on one store: `db` is the --db value (fresh), `store_kind` what /v1/health says.

@@ -197,17 +197,11 @@ inline std::string FreshDir(const std::string& name) {
 // file dir/t, expiry sweeps every second.
 inline std::vector<std::string> ServeArgs(const std::string& fleet, const std::string& dir,
                                           int port) {
-  return {"serve",
-          "--sim-fleet",
-          fleet,
-          "--listen",
-          "127.0.0.1:" + std::to_string(port),
-          "--db",
-          dir + "/g.db",
-          "--admin-token-file",
-          dir + "/t",
-          "--tick",
-          "1"};
+  return {"serve", "--sim-fleet", fleet, "--listen", "127.0.0.1:" + std::to_string(port), "--db",
+          dir + "/g.db", "--admin-token-file", dir + "/t", "--tick", "1",
+          // Plain HTTP on loopback, so the tests can speak raw HTTP; TLS, serve's default, has
+          // tests of its own (serve_cli_test.cc, tests/api/tls_test.cc).
+          "--insecure"};
 }
 
 // `gpuslice ARGS` as a child process in its own process group (in `cwd` when given), its output

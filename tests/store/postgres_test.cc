@@ -167,11 +167,11 @@ TEST_F(PostgresTest, ServiceGrantsQueuesAndSurvivesAReopen) {
   absl::StatusOr<std::unique_ptr<alloc::Service>> service =
       alloc::Service::Open(std::move(db_), inventory(), options);
   ASSERT_TRUE(service.ok()) << service.status();
-  const alloc::Caller admin{"root", "", alloc::Role::kAdmin};
+  const alloc::Caller admin{"root", "", alloc::Role::kAdmin, ""};
   alloc::TenantSpec team;
   team.name = "team-a";
   ASSERT_TRUE((*service)->PutTenant(admin, team).ok());
-  const alloc::Caller user{"ann", "team-a", alloc::Role::kTenant};
+  const alloc::Caller user{"ann", "team-a", alloc::Role::kTenant, ""};
   alloc::AcquireRequest large;
   large.class_name = "large";
   large.purpose = "training run";

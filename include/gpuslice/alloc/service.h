@@ -65,6 +65,10 @@ struct Caller {
   std::string user;
   std::string tenant;  // empty for admins and agents
   Role role = Role::kTenant;
+  // Agents: the one machine whose GPUs, leases, usage, layout and alerts the token may report and
+  // read (fixed when the token is made). Empty for other roles, and for agent tokens made before
+  // tokens were bound, which are refused everywhere a machine is named.
+  std::string machine;
 };
 
 // What a class hands out. Exactly one of: `mig` (a profile per GPU model id, on MIG GPUs),
@@ -232,9 +236,12 @@ class Service {
                                                        ServiceOptions options = {});
   ~Service();
 
-  // Tokens: created once, returned in clear only here, stored as SHA-256.
+  // Tokens: created once, returned in clear only here, stored as SHA-256. An agent's token is
+  // bound to `machine` (required for agents, refused for other roles): with it, the calls that
+  // name a host accept only that host.
   absl::StatusOr<std::string> CreateUser(const Caller& caller, const std::string& name,
-                                         const std::string& tenant, Role role);
+                                         const std::string& tenant, Role role,
+                                         const std::string& machine = "");
   absl::StatusOr<Caller> Authenticate(const std::string& token);
   // The first admin, created when the store has no admin yet; nullopt when one exists.
   absl::StatusOr<std::optional<std::string>> BootstrapAdmin(const std::string& name);
@@ -370,8 +377,13 @@ class Service {
   // Waits until everything staged so far is durable.
   absl::Status Sync();
   void Stage(std::string sql, std::vector<store::Value> params);
+  // Admins pass; an agent passes for its own machine only. A refused agent is audited
+  // (`agent.refuse`, durable before the answer) and gets PermissionDenied. Call it outside the
+  // state lock.
+  absl::Status CheckMachine(const Caller& caller, const std::string& host);
   absl::StatusOr<std::string> CreateUserLocked(const Caller& caller, const std::string& name,
-                                               const std::string& tenant, Role role);
+                                               const std::string& tenant, Role role,
+                                               const std::string& machine);
   std::int64_t Now() const { return options_.clock(); }
   void Audited(const Caller& caller, const std::string& tenant, const std::string& action,
                const std::string& subject, const std::string& purpose, const std::string& detail);
@@ -381,6 +393,9 @@ class Service {
                            double gib) const;
   double GibOf(const place::Allocation& allocation) const;
   // "GPU 3", "GPU 1 MIG 3g.40gb@4", "GPU 2 share 250m 8192 MiB" per claim.
+  // The NVML index of GPU `gpu` of placement node `node` (its position among the node's GPUs
+  // when the machine's GPUs are not known).
+  int NvmlIndex(int node, int gpu) const;
   std::vector<std::string> DeviceLines(int node, const std::vector<place::GpuClaim>& claims) const;
   Lease MakeLease(const place::Allocation& allocation, const std::string& tenant,
                   const std::string& user, const std::string& class_name,

@@ -18,19 +18,20 @@
 // only its own leases, queue entries and audit. Bodies are JSON objects; unknown fields, wrong
 // types, absurd amounts, bodies over 64 KiB (413), chunked (411) or compressed (415) bodies get a
 // 4xx with {"error": "..."} and change nothing. Tokens are never logged.
+//
+// The transport (src/api/http_server.h) parses strictly, holds no worker for an idle or slow
+// client, enforces deadlines and per-source connection limits, closes a connection after any
+// error in its framing, and speaks TLS when given a context.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "gpuslice/alloc/service.h"
 
-namespace httplib {
-class Server;
-}
+typedef struct ssl_ctx_st SSL_CTX;
 
 namespace gpuslice::api {
 
@@ -38,11 +39,28 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8470;  // 0: any free port
   std::size_t max_body_bytes = 64 * 1024;
-  int worker_threads = 128;  // concurrent connections served
+  int worker_threads = 64;         // requests answered at once (idle connections take none)
+  int header_timeout_ms = 10'000;  // a request's head, from its first byte (or the accept)
+  int body_timeout_ms = 10'000;    // a request's body, from the end of its head
+  int idle_timeout_ms = 30'000;    // a keep-alive connection between requests
+  int write_timeout_ms = 10'000;   // a response the client does not read
+  int max_connections = 10'000;
+  int max_connections_per_source = 256;  // per peer address; past it: 429 and closed
+  SSL_CTX* tls = nullptr;  // TLS on every connection (the caller owns it); null: plain HTTP
+  // Mutual TLS for agents: an agent's token is accepted only over a connection whose verified
+  // client certificate names the agent's machine (the context must ask for client certificates).
+  bool agents_need_client_certificates = false;
   // GET /metrics (admin or agent token): the Prometheus exposition text this returns, made at
   // each scrape; unset: no /metrics.
   std::function<absl::StatusOr<std::string>()> metrics;
 };
+
+namespace http {
+class Transport;
+struct Request;
+struct Response;
+}  // namespace http
+class Router;
 
 class ApiServer {
  public:
@@ -55,16 +73,16 @@ class ApiServer {
   absl::Status Start();
   // The port it listens on (after Start).
   int port() const { return port_; }
-  // Stops accepting, finishes the requests in flight, joins the thread. Idempotent.
+  // Stops accepting, finishes the requests in flight, joins the threads. Idempotent.
   void Stop();
 
  private:
   void Routes();
+  void Handle(http::Request& request, http::Response& response) const;
   alloc::Service& service_;
   ServerOptions options_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-  int listen_socket_ = -1;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<http::Transport> transport_;
   int port_ = 0;
 };
 

@@ -70,6 +70,9 @@ class NvmlBackend : public Backend {
   // old); the nvmlInit_v2 code (e.g. DRIVER_NOT_LOADED). `catalog` must outlive the backend.
   static absl::StatusOr<std::unique_ptr<NvmlBackend>> Load(const hw::Catalog& catalog,
                                                            std::string library = "");
+  // Whether `library` (default as for Load) can be loaded at all: a machine with a driver
+  // library whose NVML then fails is not a machine without a driver.
+  static bool LibraryLoadable(std::string library = "");
   ~NvmlBackend() override;
   NvmlBackend(const NvmlBackend&) = delete;
   NvmlBackend& operator=(const NvmlBackend&) = delete;
