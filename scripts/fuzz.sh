@@ -21,12 +21,7 @@ if [[ ${#harnesses[@]} -eq 0 ]]; then
   harnesses=(fuzz_http_head fuzz_http_transport fuzz_layout_text fuzz_mig_parted fuzz_catalog_yaml
              fuzz_text_checks)
 fi
-scripts/setup.sh >/dev/null
-if ! command -v clang++ >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
-  echo "fuzz: installing clang and its libFuzzer runtime" >&2
-  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang libclang-rt-14-dev >/dev/null
-fi
+scripts/setup.sh >/dev/null  # clang and its libFuzzer runtime are among its packages
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DGPUSLICE_FUZZ=ON -DGPUSLICE_BUILD_TESTS=OFF -DGPUSLICE_BUILD_BENCHMARKS=OFF >/dev/null
 cmake --build build-fuzz --target fuzzers -j"$(nproc)" >/dev/null

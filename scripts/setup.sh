@@ -12,6 +12,7 @@ PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   postgresql
   prometheus
+  clang libclang-rt-14-dev
 )
 
 missing=()
