@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -42,6 +44,32 @@ gpuslice::api::http::Transport& Server() {
   return *transport;
 }
 
+// A connection to the transport. A connect() interrupted by libFuzzer's timer signal goes on in
+// the background; a busy loopback may be short of ports for a moment. Only a server that keeps
+// refusing is a failure.
+int Connect(int port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
+    if (errno == EINTR) {
+      pollfd p{fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t len = sizeof error;
+      if (::poll(&p, 1, 1000) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 &&
+          error == 0) {
+        return fd;
+      }
+    }
+    ::close(fd);
+    ::usleep(10'000);
+  }
+  std::abort();  // the transport no longer accepts connections
+}
+
 int Responses(const std::string& text) {
   int n = 0;
   for (std::size_t at = 0; (at = text.find("HTTP/1.1 ", at)) != std::string::npos; at += 9) ++n;
@@ -53,26 +81,32 @@ int Responses(const std::string& text) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size > 64 * 1024) return 0;
   gpuslice::api::http::Transport& server = Server();
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(server.port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) std::abort();
+  const int fd = Connect(server.port());
   const int before = handled.load();
   std::size_t sent = 0;
   while (sent < size) {
     const ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the server may close early after an error
     sent += static_cast<std::size_t>(n);
   }
   ::shutdown(fd, SHUT_WR);
   std::string answer;
   char buf[8192];
+  // The server must end the connection within 8 s (its deadlines are 2 s). libFuzzer's timer
+  // signal interrupts poll(): that is no answer yet, not a timeout.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
   for (;;) {
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 5000) <= 0) std::abort();  // the server must end the connection
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) std::abort();
+    const int ready = ::poll(&p, 1, static_cast<int>(left));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) std::abort();
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     answer.append(buf, static_cast<std::size_t>(n));
   }

@@ -32,8 +32,9 @@ for h in "${harnesses[@]}"; do
   crashes=build-fuzz/crashes/$h
   mkdir -p "$work" "$crashes"
   log=build-fuzz/$h.log
-  # -timeout: one input running over 10 s is a hang; -rss_limit_mb: a blown-up input is a bug.
-  if build-fuzz/fuzz/$h -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  # -timeout: one input running over 25 s is a hang (generous: a loaded 2-core machine stalls
+  # for seconds); -rss_limit_mb: a blown-up input is a bug.
+  if build-fuzz/fuzz/$h -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 \
       -artifact_prefix="$crashes/" -print_final_stats=1 "$work" "fuzz/corpus/$h" >"$log" 2>&1; then
     result=ok
   else
