@@ -12,6 +12,8 @@
 #include <map>
 #include <optional>
 
+#include "gpuslice/util/shell.h"
+
 extern char** environ;
 
 namespace gpuslice::agent {
@@ -29,15 +31,7 @@ std::string Describe(const spec::HookCommand& command) {
     if (!word.empty() && word.find_first_of(" \t\n'\"\\$`;&|<>()*?") == std::string::npos) {
       return word;
     }
-    std::string out = "'";
-    for (char c : word) {
-      if (c == '\'') {
-        out += "'\\''";
-      } else {
-        out += c;
-      }
-    }
-    return out + "'";
+    return util::ShellQuote(word);
   };
   std::string text = quote(command.command);
   for (const std::string& arg : command.args) text += " " + quote(arg);

@@ -200,6 +200,29 @@ TEST(BinderTest, MigClaimCreatesOneInstanceAtItsPlacementNamedByMigUuid) {
   EXPECT_EQ(gis[0].cis[0].size, 2);  // all compute slices of the 2g GI
 }
 
+// Wave 1 granted a whole GPU in MIG mode as its bare UUID, which CUDA cannot use while MIG is on
+// and no instance exists. Now it is the instance that spans the GPU.
+TEST(BinderTest, AWholeGpuInMigModeIsTheInstanceThatSpansIt) {
+  Machine m("1xA100-80GB");
+  const int node = m.Node("A100-80GB-mig");
+  ASSERT_GE(node, 0);
+  place::GpuClaim whole;
+  whole.gpu = 0;
+  whole.whole = true;
+  whole.milli = place::kMilliPerGpu;
+  absl::StatusOr<std::vector<BoundDevice>> bound =
+      m.binder->Bind(m.cluster(), node, {whole}, false);
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  ASSERT_THAT(*bound, SizeIs(1));
+  EXPECT_THAT((*bound)[0].uuid, StartsWith("MIG-"));
+  const std::vector<SimGi> gis = m.Gis(0);
+  ASSERT_THAT(gis, SizeIs(1));
+  EXPECT_EQ(gis[0].profile_id, m.SmiId(0, "7g.80gb"));
+  EXPECT_EQ(gis[0].start, 0);
+  ASSERT_TRUE(m.binder->Unbind(*bound).ok());
+  EXPECT_THAT(m.Gis(0), IsEmpty());
+}
+
 TEST(BinderTest, BindingAgainFindsTheSameInstanceAndCreatesNothing) {
   Machine m("2xA100-80GB");
   const int node = m.Node("A100-80GB-mig");

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "cli/run_gpuslice.h"
@@ -175,6 +176,32 @@ TEST(HardeningCliTest, AnAgentsMetricsOffLoopbackNeedAToken) {
       "--metrics-listen 0.0.0.0:0");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--metrics-token-file"));
+}
+
+// Wave 1's agent destroyed, on joining, every MIG instance no lease held: someone's layout too.
+TEST_F(ClientEdgesTest, AnAgentKeepsTheInstancesItDidNotMake) {
+  std::string agent_token;
+  ASSERT_NO_FATAL_FAILURE(AddUser("agent-r9 --agent --machine r9", &agent_token));
+  const std::string machine = dir_ + "/r9.json";
+  const std::string config = dir_ + "/someones.yaml";
+  {
+    std::ofstream out(config);
+    out << "version: v1\nmig-configs:\n  someones:\n    - devices: all\n      mig-enabled: true\n"
+           "      mig-devices: {\"3g.40gb\": 1}\n";
+  }
+  ASSERT_EQ(RunGpuslice("sim create '" + machine + "' 1xH100-80GB").exit_code, 0);
+  CommandResult applied =
+      RunGpuslice("apply --sim '" + machine + "' -f '" + config + "' -c someones");
+  ASSERT_EQ(applied.exit_code, 0) << applied.output;
+  const std::string agent = "agent --server " + url_ + " --token " + agent_token +
+                            " --host r9 --sim-state '" + machine + "' --once";
+  CommandResult kept = RunGpuslice(agent);
+  EXPECT_EQ(kept.exit_code, 0) << kept.output;
+  EXPECT_THAT(kept.output, HasSubstr("that no lease holds: kept"));
+  EXPECT_THAT(RunGpuslice("export --sim '" + machine + "'").output, HasSubstr("3g.40gb"));
+  CommandResult removed = RunGpuslice(agent + " --remove-foreign-instances");
+  EXPECT_EQ(removed.exit_code, 0) << removed.output;
+  EXPECT_THAT(RunGpuslice("export --sim '" + machine + "'").output, Not(HasSubstr("3g.40gb")));
 }
 
 TEST(HardeningCliTest, AServerThatNeverAnswersDoesNotHoldTheClient) {

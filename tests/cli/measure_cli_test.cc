@@ -242,12 +242,14 @@ TEST_F(MeasureCliTest, ExitCodeOfACommandWithoutCuda) {
 
 TEST_F(MeasureCliTest, ForwardsSigtermAndStillReports) {
   // gpuslice measure is sent SIGTERM while the probe holds 10 MiB: the probe gets it, and what
-  // was measured until then is reported; the exit code is the probe's, 128 + SIGTERM.
+  // was measured until then is reported; the exit code is the probe's, 128 + SIGTERM. The signal
+  // goes once the probe says it holds the memory (a fixed second was too short under ASan on a
+  // busy machine: the probe had not started using CUDA yet).
+  const std::string out = (dir_ / "out").string();
   const auto run = gpuslice::cli::testing::Shell(
       Env() + " '" + GPUSLICE_BINARY + "' measure -- " + Probe() + " hold --mib 10 --ms 30000 >'" +
-      (dir_ / "out").string() +
-      "' 2>&1 & pid=$!; sleep 1; kill -TERM $pid; wait $pid; echo \"rc=$?\"; cat '" +
-      (dir_ / "out").string() + "'");
+      out + "' 2>&1 & pid=$!; for i in $(seq 300); do grep -q allocated '" + out +
+      "' && break; sleep 0.1; done; kill -TERM $pid; wait $pid; echo \"rc=$?\"; cat '" + out + "'");
   EXPECT_THAT(run.output, HasSubstr("rc=143")) << run.output;
   EXPECT_THAT(run.output, HasSubstr("exit code 143")) << run.output;
   EXPECT_THAT(run.output, HasSubstr("peak VRAM     10.0 MiB")) << run.output;
