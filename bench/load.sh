@@ -47,4 +47,4 @@ fi
 grep -h '^load ' "$work"/*.out
 ops() { sed -n 's/.* ops_per_s=\([0-9.]*\) .*/\1/p' "$1"; }
 awk -v tls="$(ops "$work/sqlite-tls.out")" -v plain="$(ops "$work/sqlite.out")" \
-  'BEGIN { printf "load tls_to_plain=%.2f\n", plain > 0 ? tls / plain : 0 }'
+  'BEGIN { printf "load tls_to_plain=%.2f\n", (plain > 0 ? tls / plain : 0) }'
