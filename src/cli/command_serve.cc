@@ -324,7 +324,7 @@ absl::StatusOr<std::unique_ptr<api::TlsServerContext>> ServerTls(const ServeOpti
       *how = "a NEW self-signed certificate";
     }
   }
-  *cert_file = std::filesystem::absolute(cert).string();
+  *cert_file = std::filesystem::absolute(cert).lexically_normal().string();
   return api::TlsServerContext::Load(cert, key, options.tls_client_ca);
 }
 
