@@ -1,11 +1,8 @@
 #include "gpuslice/alloc/service.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <random>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -30,22 +27,6 @@ std::int64_t SystemNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string RoleName(Role role) {
-  switch (role) {
-    case Role::kAdmin:
-      return "admin";
-    case Role::kAgent:
-      return "agent";
-    case Role::kTenant:
-      break;
-  }
-  return "tenant";
-}
-
-Role RoleFromName(const std::string& name) {
-  return name == "admin" ? Role::kAdmin : name == "agent" ? Role::kAgent : Role::kTenant;
 }
 
 json ClassJson(const ClassSpec& spec) {
@@ -156,15 +137,6 @@ absl::Status ValidateClass(const ClassSpec& spec) {
 }
 
 }  // namespace
-
-std::string HashToken(const std::string& token) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_Digest(token.data(), token.size(), digest, &length, EVP_sha256(), nullptr);
-  std::string hex;
-  for (unsigned int i = 0; i < length; ++i) absl::StrAppendFormat(&hex, "%02x", digest[i]);
-  return hex;
-}
 
 std::map<std::string, std::string> LeaseEnvironment(const Lease& lease) {
   std::map<std::string, std::string> env;
@@ -311,8 +283,8 @@ absl::Status Service::Reload() {
   engine_ = place::Engine(inventory_, *std::move(policy));
   tenants_.clear();
   classes_.clear();
-  users_by_token_hash_.clear();
-  user_names_.clear();
+  users_.clear();
+  user_by_token_hash_.clear();
   active_.clear();
   queue_.clear();
   remotes_.clear();
@@ -332,18 +304,7 @@ absl::Status Service::Load() {
     if (!r.ok()) return r.status();
     *next = store::AsInt(r->rows[0][0]) + 1;
   }
-  absl::StatusOr<store::Result> users =
-      db_->Query("SELECT name, tenant, role, token_hash, machine FROM users");
-  if (!users.ok()) return users.status();
-  for (const store::Row& row : users->rows) {
-    Caller caller;
-    caller.user = store::AsText(row[0]);
-    caller.tenant = store::AsText(row[1]);
-    caller.role = RoleFromName(store::AsText(row[2]));
-    caller.machine = store::AsText(row[4]);
-    user_names_.insert(caller.user);
-    users_by_token_hash_[store::AsText(row[3])] = caller;
-  }
+  if (absl::Status st = LoadUsers(*db_, &users_, &user_by_token_hash_); !st.ok()) return st;
   absl::StatusOr<store::Result> tenants =
       db_->Query("SELECT name, may_take_full, priority, max_gib FROM tenants");
   if (!tenants.ok()) return tenants.status();
@@ -512,74 +473,6 @@ void Service::Audited(const Caller& caller, const std::string& tenant, const std
   ++next_audit_;
 }
 
-// ---- users and tokens
-
-absl::StatusOr<std::string> Service::CreateUser(const Caller& caller, const std::string& name,
-                                                const std::string& tenant, Role role,
-                                                const std::string& machine) {
-  return Changing([&] { return CreateUserLocked(caller, name, tenant, role, machine); });
-}
-
-absl::StatusOr<std::string> Service::CreateUserLocked(const Caller& caller, const std::string& name,
-                                                      const std::string& tenant, Role role,
-                                                      const std::string& machine) {
-  if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
-  if (!ValidName(name)) {
-    return absl::InvalidArgumentError("user name: 1-64 letters, digits, '-', '_' or '.'");
-  }
-  if (role == Role::kTenant && !tenants_.contains(tenant)) {
-    return absl::NotFoundError(absl::StrCat("tenant '", tenant, "' does not exist"));
-  }
-  if (role != Role::kTenant && !tenant.empty()) {
-    return absl::InvalidArgumentError("admins and agents belong to no tenant");
-  }
-  if (role == Role::kAgent && !ValidName(machine)) {
-    return absl::InvalidArgumentError(
-        "machine: an agent's token is bound to one machine, named with 1-64 letters, digits, "
-        "'-', '_' or '.'");
-  }
-  if (role != Role::kAgent && !machine.empty()) {
-    return absl::InvalidArgumentError("machine: only an agent's token is bound to a machine");
-  }
-  if (user_names_.contains(name)) {
-    return absl::AlreadyExistsError(absl::StrCat("user '", name, "' exists"));
-  }
-  std::random_device random;
-  std::string token = "gs_";
-  for (int i = 0; i < 8; ++i) absl::StrAppendFormat(&token, "%08x", random());
-  const std::string hash = HashToken(token);
-  Stage(
-      "INSERT INTO users (name, tenant, role, token_hash, created_at, machine) VALUES (?, ?, ?, ?, "
-      "?, ?)",
-      {name, tenant.empty() ? Value{} : Value{tenant}, RoleName(role), hash, Now(), machine});
-  json detail = {{"role", RoleName(role)}};
-  if (!machine.empty()) detail["machine"] = machine;
-  Audited(caller, tenant, "user.create", name, "", detail.dump());
-  user_names_.insert(name);
-  users_by_token_hash_[hash] = Caller{name, tenant, role, machine};
-  return token;
-}
-
-absl::StatusOr<std::optional<std::string>> Service::BootstrapAdmin(const std::string& name) {
-  return Changing([&]() -> absl::StatusOr<std::optional<std::string>> {
-    for (const auto& [hash, user] : users_by_token_hash_) {
-      if (user.role == Role::kAdmin) return std::optional<std::string>();
-    }
-    const Caller system{"gpuslice", "", Role::kAdmin, ""};
-    absl::StatusOr<std::string> token = CreateUserLocked(system, name, "", Role::kAdmin, "");
-    if (!token.ok()) return token.status();
-    return std::optional<std::string>(*token);
-  });
-}
-
-absl::StatusOr<Caller> Service::Authenticate(const std::string& token) {
-  const std::string hash = HashToken(token);
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = users_by_token_hash_.find(hash);
-  if (it == users_by_token_hash_.end()) return absl::UnauthenticatedError("unknown API token");
-  return it->second;
-}
-
 // ---- tenants and classes
 
 absl::Status Service::PutTenant(const Caller& caller, const TenantSpec& tenant) {
@@ -651,14 +544,11 @@ absl::Status Service::DeleteTenant(const Caller& caller, const std::string& name
     }
     Audited(caller, name, "tenant.delete", name, "", "{}");
     tenants_.erase(name);
-    for (auto it = users_by_token_hash_.begin(); it != users_by_token_hash_.end();) {
-      if (it->second.role == Role::kTenant && it->second.tenant == name) {
-        user_names_.erase(it->second.user);
-        it = users_by_token_hash_.erase(it);
-      } else {
-        ++it;
-      }
+    std::vector<std::string> members;
+    for (const auto& [user_name, user] : users_) {
+      if (user.role == Role::kTenant && user.tenant == name) members.push_back(user_name);
     }
+    for (const std::string& member : members) ForgetUser(member);
     std::erase_if(queue_, [&](const Queued& q) { return q.entry.tenant == name; });
     Renumber();
     return absl::OkStatus();

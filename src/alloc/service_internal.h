@@ -1,9 +1,10 @@
-// Helpers shared by the allocation service's source files (service.cc, service_nodes.cc).
+// Helpers shared by the allocation service's source files (service.cc, service_*.cc).
 // Internal: not part of the library's interface.
 #pragma once
 
 #include <cctype>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -104,6 +105,10 @@ inline bool ValidName(const std::string& name) {
   }
   return true;
 }
+
+// Reads the users table (service_users.cc).
+absl::Status LoadUsers(store::Database& db, std::map<std::string, UserInfo>* users,
+                       std::map<std::string, std::string>* user_by_token_hash);
 
 inline absl::Status NeedAdmin(const Caller& caller) {
   if (caller.role != Role::kAdmin) {

@@ -10,9 +10,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "api/auth.h"
 #include "api/http_message.h"
 #include "api/http_server.h"
+#include "api/replies.h"
 #include "api/router.h"
+#include "api/routes.h"
 #include "gpuslice/alloc/usage.h"
 #include "gpuslice/alloc/wire.h"
 #include "nlohmann/json.hpp"
@@ -21,93 +24,6 @@ namespace gpuslice::api {
 namespace {
 
 using nlohmann::json;
-
-constexpr std::size_t kMaxBodyBytes = 64 * 1024;
-
-int HttpCode(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
-      return 400;
-    case absl::StatusCode::kUnauthenticated:
-      return 401;
-    case absl::StatusCode::kPermissionDenied:
-      return 403;
-    case absl::StatusCode::kNotFound:
-      return 404;
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kFailedPrecondition:
-      return 409;
-    case absl::StatusCode::kResourceExhausted:
-      return 413;
-    case absl::StatusCode::kUnavailable:
-      return 503;
-    default:
-      return 500;
-  }
-}
-
-void Reply(http::Response& res, int code, const json& body) {
-  res.status = code;
-  // Stored text is valid UTF-8 by the service's checks; should a row not be, it is answered
-  // with U+FFFD in its place rather than failing the whole request.
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-}
-
-void Fail(http::Response& res, const absl::Status& status) {
-  Reply(res, HttpCode(status), json{{"error", std::string(status.message())}});
-}
-
-// A JSON object body with only the allowed fields.
-absl::StatusOr<json> Body(const http::Request& req, const std::set<std::string>& allowed) {
-  if (req.body.size() > kMaxBodyBytes) {
-    return absl::ResourceExhaustedError("body: larger than 64 KiB");
-  }
-  json body = json::parse(req.body.empty() ? std::string("{}") : req.body, nullptr, false);
-  if (body.is_discarded()) return absl::InvalidArgumentError("body: not valid JSON");
-  if (!body.is_object()) return absl::InvalidArgumentError("body: must be a JSON object");
-  for (const auto& [key, value] : body.items()) {
-    if (!allowed.contains(key)) {
-      return absl::InvalidArgumentError(absl::StrCat("body: unknown field '", key, "'"));
-    }
-  }
-  return body;
-}
-
-// Typed field readers: a missing field keeps the default; a wrong type is an error.
-template <typename T>
-absl::Status Field(const json& body, const char* name, T* out) {
-  auto it = body.find(name);
-  if (it == body.end() || it->is_null()) return absl::OkStatus();
-  if constexpr (std::is_same_v<T, bool>) {
-    if (!it->is_boolean())
-      return absl::InvalidArgumentError(absl::StrCat(name, ": must be true or false"));
-  } else if constexpr (std::is_integral_v<T>) {
-    if (!it->is_number_integer())
-      return absl::InvalidArgumentError(absl::StrCat(name, ": must be an integer"));
-    const auto value = it->get<std::int64_t>();
-    if (value < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
-        value > static_cast<std::int64_t>(std::numeric_limits<T>::max())) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": out of range"));
-    }
-  } else if constexpr (std::is_floating_point_v<T>) {
-    if (!it->is_number())
-      return absl::InvalidArgumentError(absl::StrCat(name, ": must be a number"));
-  } else if constexpr (std::is_same_v<T, std::string>) {
-    if (!it->is_string())
-      return absl::InvalidArgumentError(absl::StrCat(name, ": must be a string"));
-  } else {
-    if (!it->is_object())
-      return absl::InvalidArgumentError(absl::StrCat(name, ": must be an object"));
-    for (const auto& [key, value] : it->items()) {
-      if (!value.is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(name, ".", key, ": must be a string"));
-      }
-    }
-  }
-  *out = it->get<T>();
-  return absl::OkStatus();
-}
 
 json BoundJson(const std::vector<alloc::BoundDevice>& devices) {
   json bound = json::array();
@@ -253,7 +169,15 @@ void LayoutReply(http::Response& res, const alloc::LayoutOutcome& outcome,
 }  // namespace
 
 ApiServer::ApiServer(alloc::Service& service, ServerOptions options)
-    : service_(service), options_(std::move(options)), router_(std::make_unique<Router>()) {}
+    : service_(service), options_(std::move(options)), router_(std::make_unique<Router>()) {
+  authenticator_ = std::make_unique<RequestAuthenticator>(
+      service_, RequestAuthenticator::Options{options_.agents_need_client_certificates,
+                                              AuthLimits{.max_failures = options_.auth_max_failures,
+                                                         .window_s = options_.auth_window_s,
+                                                         .lockout_s = options_.auth_lockout_s},
+                                              options_.auth_clock_s});
+  Routes();
+}
 
 ApiServer::~ApiServer() { Stop(); }
 
@@ -262,30 +186,23 @@ void ApiServer::Routes() {
   alloc::Service& service = service_;
 
   // Authenticates, then runs `handler(caller)`; any Status error becomes its HTTP code.
-  const bool agent_certificates = options_.agents_need_client_certificates;
-  auto authed = [&service, agent_certificates](auto handler) {
-    return [&service, handler, agent_certificates](const http::Request& req, http::Response& res) {
-      const std::string header = req.get_header_value("Authorization");
-      if (header.rfind("Bearer ", 0) != 0) {
-        Fail(res, absl::UnauthenticatedError("missing 'Authorization: Bearer <token>'"));
-        return;
-      }
-      absl::StatusOr<alloc::Caller> caller = service.Authenticate(header.substr(7));
+  RequestAuthenticator* authenticator = authenticator_.get();
+  auto authed = [authenticator](auto handler) {
+    return [authenticator, handler](const http::Request& req, http::Response& res) {
+      std::int64_t retry_after_s = 0;
+      absl::StatusOr<alloc::Caller> caller = authenticator->Identify(req, &retry_after_s);
       if (!caller.ok()) {
         Fail(res, caller.status());
-        return;
-      }
-      if (agent_certificates && caller->role == alloc::Role::kAgent &&
-          std::find(req.client_certificate_names.begin(), req.client_certificate_names.end(),
-                    caller->machine) == req.client_certificate_names.end()) {
-        Fail(res, absl::PermissionDeniedError(absl::StrCat(
-                      "the agent of machine '", caller->machine,
-                      "' must connect with a client certificate for that machine (mutual TLS)")));
+        if (retry_after_s > 0) {
+          res.status = 429;
+          res.set_header("Retry-After", std::to_string(retry_after_s));
+        }
         return;
       }
       handler(*caller, req, res);
     };
   };
+  AddUserRoutes(s, service, authed);
 
   if (options_.metrics) {
     auto metrics = options_.metrics;
@@ -414,34 +331,6 @@ void ApiServer::Routes() {
              }
              Reply(res, 200, {{"deleted", req.matches[1].str()}});
            }));
-
-  s.Post(
-      "/v1/users", authed([&service](const alloc::Caller& caller, const http::Request& req,
-                                     http::Response& res) {
-        absl::StatusOr<json> body = Body(req, {"name", "tenant", "role", "machine"});
-        if (!body.ok()) return Fail(res, body.status());
-        std::string name;
-        std::string tenant;
-        std::string role = "tenant";
-        std::string machine;
-        for (absl::Status st : {Field(*body, "name", &name), Field(*body, "tenant", &tenant),
-                                Field(*body, "role", &role), Field(*body, "machine", &machine)}) {
-          if (!st.ok()) return Fail(res, st);
-        }
-        if (role != "tenant" && role != "admin" && role != "agent") {
-          return Fail(res, absl::InvalidArgumentError("role: 'tenant', 'admin' or 'agent'"));
-        }
-        absl::StatusOr<std::string> token =
-            service.CreateUser(caller, name, tenant,
-                               role == "admin"   ? alloc::Role::kAdmin
-                               : role == "agent" ? alloc::Role::kAgent
-                                                 : alloc::Role::kTenant,
-                               machine);
-        if (!token.ok()) return Fail(res, token.status());
-        json out = {{"name", name}, {"tenant", tenant}, {"role", role}, {"token", *token}};
-        if (!machine.empty()) out["machine"] = machine;
-        Reply(res, 201, out);
-      }));
 
   s.Post(
       "/v1/leases", authed([&service](const alloc::Caller& caller, const http::Request& req,
@@ -904,7 +793,6 @@ void ApiServer::Handle(http::Request& req, http::Response& res) const {
 }
 
 absl::Status ApiServer::Start() {
-  Routes();
   http::TransportOptions transport;
   transport.host = options_.host;
   transport.port = options_.port;

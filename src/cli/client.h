@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -46,6 +47,10 @@ CLI::Validator PositiveId();
 
 // One line per lease: id, state, class, node, devices, GiB, tenant, end, purpose.
 void PrintLease(const nlohmann::json& lease);
+
+// The `admin` subcommands for users and tokens: user, users, revoke, rotate, recover
+// (command_users.cc).
+void AddUserCommands(CLI::App* admin, std::function<int()>* action);
 
 // Seconds since the epoch, now.
 std::int64_t EpochNow();

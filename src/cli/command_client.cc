@@ -389,7 +389,7 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
   // admin
   {
     CLI::App* admin =
-        app.add_subcommand("admin", "Administer the service: tenants, users, classes");
+        app.add_subcommand("admin", "Administer the service: tenants, users and tokens, classes");
     admin->require_subcommand(1);
     struct TenantOptions {
       ClientOptions c;
@@ -441,46 +441,7 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
         return kExitOk;
       };
     });
-    struct UserOptions {
-      ClientOptions c;
-      std::string name, tenant, machine;
-      bool is_admin = false;
-      bool is_agent = false;
-    };
-    auto u = std::make_shared<UserOptions>();
-    CLI::App* user =
-        admin->add_subcommand("user", "Create a user and print its API token (shown once)");
-    AddConnection(user, u->c);
-    user->add_option("name", u->name, "User name")->required();
-    user->add_option("--tenant", u->tenant, "The user's tenant");
-    user->add_flag("--admin", u->is_admin, "An administrator (no tenant)");
-    user->add_flag("--agent", u->is_agent,
-                   "A machine's agent (gpuslice agent): reports GPUs, sets up slices");
-    user->add_option("--machine", u->machine,
-                     "With --agent: the one machine (the agent's --host) the token may report "
-                     "and serve (default: the user name)");
-    user->callback([u, action] {
-      *action = [u] {
-        json body = {{"name", u->name},
-                     {"tenant", u->tenant},
-                     {"role", u->is_admin   ? "admin"
-                              : u->is_agent ? "agent"
-                                            : "tenant"}};
-        if (u->is_agent) body["machine"] = u->machine.empty() ? u->name : u->machine;
-        if (!u->is_agent && !u->machine.empty()) {
-          PrintError("--machine goes with --agent: only an agent's token is bound to a machine");
-          return 2;
-        }
-        Reply reply;
-        if (int rc = Call(u->c, "POST", "/v1/users", &body, &reply); rc != 0) return rc;
-        if (u->c.json_output) {
-          PrintJson(reply.body);
-        } else {
-          std::cout << reply.body["token"].get<std::string>() << "\n";
-        }
-        return kExitOk;
-      };
-    });
+    AddUserCommands(admin, action);
     struct ClassOptions {
       ClientOptions c;
       std::string name;

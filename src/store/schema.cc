@@ -68,6 +68,12 @@ const std::vector<std::vector<std::string>>& Steps() {
       {
           "ALTER TABLE users ADD COLUMN machine TEXT NOT NULL DEFAULT ''",
       },
+      // 7: token lifecycle: when a user's current token was made (0: with the user) and when it
+      // expires (0: never).
+      {
+          "ALTER TABLE users ADD COLUMN token_issued_at BIGINT NOT NULL DEFAULT 0",
+          "ALTER TABLE users ADD COLUMN expires_at BIGINT NOT NULL DEFAULT 0",
+      },
   };
   return steps;
 }

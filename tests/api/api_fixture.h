@@ -91,6 +91,7 @@ class ApiFixture : public ::testing::Test {
     ServerOptions server_options;
     server_options.port = 0;
     server_options.metrics = metrics_;
+    server_options.auth_clock_s = clock_.Function();  // failed-authentication windows too
     server_ = std::make_unique<ApiServer>(*service_, server_options);
     absl::Status started = server_->Start();
     ASSERT_TRUE(started.ok()) << started;

@@ -127,6 +127,14 @@ std::set<std::string> OpenApiOperations() {
 TEST_F(AuthorizationWalk, EveryOperationAsEveryIdentity) {
   int users = 0;
   const auto fixed = [](std::string p) { return [p] { return p; }; };
+  int victims = 0;
+  const auto victim = [this, &victims](std::string suffix) {
+    return [this, &victims, suffix] {
+      const std::string name = absl::StrCat("victim-", ++victims);
+      EXPECT_FALSE(User(name, "team-a", "tenant").empty());
+      return absl::StrCat("/v1/users/", name, suffix);
+    };
+  };
   // Statuses: 200/201/202 done; 401 no token; 403 role or machine refused; 404 another tenant's
   // lease or queue entry (not even its existence is shown), or nothing there to report on.
   const std::vector<Row> rows = {
@@ -145,6 +153,11 @@ TEST_F(AuthorizationWalk, EveryOperationAsEveryIdentity) {
        {401, 403, 403, 403, 200}},
       {"DELETE /v1/tenants/{name}", fixed("/v1/tenants/walk"), json(), {401, 403, 403, 403, 200}},
       {"POST /v1/users", fixed("/v1/users"), json(), {401, 403, 403, 403, 201}},
+      {"GET /v1/users", fixed("/v1/users"), json(), {401, 200, 200, 200, 200}},
+      // Revoked and rotated: a user of team-a made for each identity, so no identity's own
+      // token changes.
+      {"DELETE /v1/users/{name}", victim(""), json(), {401, 403, 403, 403, 200}},
+      {"POST /v1/users/{name}/rotate", victim("/rotate"), json::object(), {401, 403, 403, 403, 200}},
       {"GET /v1/leases", fixed("/v1/leases"), json(), {401, 200, 200, 200, 200}},
       {"POST /v1/leases",
        fixed("/v1/leases"),
@@ -235,7 +248,7 @@ TEST_F(AuthorizationWalk, EveryOperationAsEveryIdentity) {
   for (const std::string& op : covered) {
     EXPECT_TRUE(documented.contains(op)) << op << " is walked but not in docs/api/openapi.yaml";
   }
-  EXPECT_EQ(covered.size() * 5, 150u) << "operations x identities";
+  EXPECT_EQ(covered.size() * 5, 165u) << "operations x identities";
 }
 
 }  // namespace

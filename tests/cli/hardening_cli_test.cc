@@ -170,6 +170,47 @@ TEST_F(ClientEdgesTest, AcquireSaysWhetherTheSliceIsGrantedOrOnlyQueued) {
   EXPECT_EQ(refused.exit_code, 1) << refused.output;
 }
 
+// Deliverable 4 from the command line: rotate into a 0600 file, list, revoke, and recover a lost
+// admin token through the store while the server runs, which a restart then honours.
+TEST_F(ClientEdgesTest, TokensAreRotatedRevokedAndRecoveredFromTheCommandLine) {
+  const std::string ann_file = dir_ + "/ann.token";
+  CommandResult rotated = RunGpuslice("admin rotate ann --expires 1h --write " + ann_file);
+  ASSERT_EQ(rotated.exit_code, 0) << rotated.output;
+  struct stat st {};
+  ASSERT_EQ(stat(ann_file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const std::string fresh = FirstLine(ReadFile(ann_file));
+  {
+    ScopedEnv old_token("GPUSLICE_TOKEN", ann_token_);
+    EXPECT_EQ(RunGpuslice("leases").exit_code, 3);
+    old_token.Set(fresh);
+    EXPECT_EQ(RunGpuslice("leases").exit_code, 0);
+    EXPECT_EQ(RunGpuslice("admin rotate ann --expires 2h").exit_code, 3) << "only admins extend";
+  }
+  const json users = Json("admin users");
+  ASSERT_EQ(users["users"].size(), 2u) << users.dump();
+  EXPECT_EQ(users["users"][1]["name"], "ann");
+  EXPECT_GT(users["users"][1]["expires_at"].get<std::int64_t>(), 0);
+  EXPECT_EQ(RunGpuslice("admin rotate ann --expires 5x").exit_code, 2);
+  EXPECT_EQ(RunGpuslice("admin revoke admin").exit_code, 1) << "the last admin stays";
+  ASSERT_EQ(RunGpuslice("admin revoke ann").exit_code, 0);
+
+  const std::string rescue_file = dir_ + "/rescue.token";
+  CommandResult recovered =
+      RunGpuslice("admin recover --db " + dir_ + "/g.db --name admin --write " + rescue_file);
+  ASSERT_EQ(recovered.exit_code, 0) << recovered.output;
+  EXPECT_THAT(recovered.output, HasSubstr("restart `gpuslice serve`"));
+  EXPECT_EQ(RunGpuslice("admin recover --db " + dir_ + "/nope.db").exit_code, 2);
+  ASSERT_EQ(server_.Terminate(), 0) << server_.Output();
+  server_.Start(ServeArgs("1xA100-80GB", dir_, port_), dir_ + "/serve2.log");
+  ASSERT_TRUE(server_.WaitHealthy(port_)) << server_.Output();
+  EXPECT_EQ(RunGpuslice("admin users").exit_code, 3) << "the lost token still works";
+  token_env_->Set(FirstLine(ReadFile(rescue_file)));
+  CommandResult audit = RunGpuslice("audit --json", false);
+  ASSERT_EQ(audit.exit_code, 0) << audit.output;
+  EXPECT_THAT(audit.output, HasSubstr("admin.recover"));
+}
+
 TEST(HardeningCliTest, AnAgentsMetricsOffLoopbackNeedAToken) {
   CommandResult r = RunGpuslice(
       "agent --server http://127.0.0.1:1 --token x --host h1 --sim-fleet 1xL4 --once "

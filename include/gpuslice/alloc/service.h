@@ -139,6 +139,17 @@ struct AcquireResult {
   std::string reason;  // kQueued / kRefused
 };
 
+// A user as admins see it: never its token.
+struct UserInfo {
+  std::string name;
+  std::string tenant;  // empty for admins and agents
+  Role role = Role::kTenant;
+  std::string machine;               // agents: the machine the token is bound to
+  std::int64_t created_at = 0;       // epoch seconds
+  std::int64_t token_issued_at = 0;  // when the current token was made (created or rotated)
+  std::int64_t expires_at = 0;       // 0: never
+};
+
 struct AuditEvent {
   std::int64_t id = 0;
   std::int64_t at = 0;
@@ -236,15 +247,36 @@ class Service {
                                                        ServiceOptions options = {});
   ~Service();
 
-  // Tokens: created once, returned in clear only here, stored as SHA-256. An agent's token is
-  // bound to `machine` (required for agents, refused for other roles): with it, the calls that
-  // name a host accept only that host.
+  // ---- users and tokens (src/alloc/service_users.cc)
+  // Tokens: created once, returned in clear only here and by RotateToken, stored as SHA-256. An
+  // agent's token is bound to `machine` (required for agents, refused for other roles): with it,
+  // the calls that name a host accept only that host. The token expires `expires_in_s` from now
+  // (0: never; at most kMaxTokenLifetimeS).
   absl::StatusOr<std::string> CreateUser(const Caller& caller, const std::string& name,
                                          const std::string& tenant, Role role,
-                                         const std::string& machine = "");
+                                         const std::string& machine = "",
+                                         std::int64_t expires_in_s = 0);
+  // The caller behind a token. Unauthenticated for an unknown token, and for an expired one (the
+  // message names its user and when it expired, never the token).
   absl::StatusOr<Caller> Authenticate(const std::string& token);
   // The first admin, created when the store has no admin yet; nullopt when one exists.
   absl::StatusOr<std::optional<std::string>> BootstrapAdmin(const std::string& name);
+  // Admins see every user; anyone else only itself. By name.
+  absl::StatusOr<std::vector<UserInfo>> Users(const Caller& caller);
+  // Deletes a user and its token at once (admin). Its leases stay with its tenant. The last
+  // admin cannot be revoked (FailedPrecondition): make another first.
+  absl::Status RevokeUser(const Caller& caller, const std::string& name);
+  // A new token for `name`; the old one stops working at once. Admins rotate anyone's, others
+  // only their own. `expires_in_s`: nullopt keeps the token's lifetime (an admin's rotation
+  // starts it again from now; a self-rotation keeps the old end), 0 never expires, else seconds
+  // from now. Only an admin may move the end later than it is.
+  absl::StatusOr<std::string> RotateToken(const Caller& caller, const std::string& name,
+                                          std::optional<std::int64_t> expires_in_s);
+  // Audits a failed authentication from `source` (a peer address), durably: `limited` says the
+  // source has just been limited (`auth.limit`), else one failure (`auth.fail`). `why` is the
+  // refusal's message (it never holds a token).
+  absl::Status AuditAuthFailure(const std::string& source, const std::string& why, bool limited);
+  static constexpr std::int64_t kMaxTokenLifetimeS = 10LL * 366 * 86400;
 
   absl::Status PutTenant(const Caller& caller, const TenantSpec& tenant);
   absl::Status DeleteTenant(const Caller& caller, const std::string& name);
@@ -383,7 +415,13 @@ class Service {
   absl::Status CheckMachine(const Caller& caller, const std::string& host);
   absl::StatusOr<std::string> CreateUserLocked(const Caller& caller, const std::string& name,
                                                const std::string& tenant, Role role,
-                                               const std::string& machine);
+                                               const std::string& machine,
+                                               std::int64_t expires_in_s);
+  // The end of a token made now that expires in `expires_in_s` (0: never, 0 is returned);
+  // InvalidArgument outside 0..kMaxTokenLifetimeS.
+  absl::StatusOr<std::int64_t> ExpiryFrom(std::int64_t expires_in_s) const;
+  // Removes a user from memory (mutex_ held).
+  void ForgetUser(const std::string& name);
   std::int64_t Now() const { return options_.clock(); }
   void Audited(const Caller& caller, const std::string& tenant, const std::string& action,
                const std::string& subject, const std::string& purpose, const std::string& detail);
@@ -441,9 +479,10 @@ class Service {
   ServiceOptions options_;
   std::map<std::string, TenantSpec> tenants_;
   std::map<std::string, ClassSpec> classes_;
-  std::map<std::string, Caller> users_by_token_hash_;
-  std::map<std::string, NodeReport> remotes_;  // by host
-  std::map<std::string, NodeLayout> layouts_;  // by host
+  std::map<std::string, UserInfo> users_;                  // by name
+  std::map<std::string, std::string> user_by_token_hash_;  // SHA-256 of a token -> user name
+  std::map<std::string, NodeReport> remotes_;              // by host
+  std::map<std::string, NodeLayout> layouts_;              // by host
   // The generation of a cleared layout, so that the next one continues from it (stored in the
   // machine's row in place of the layout).
   std::map<std::string, std::int64_t> cleared_generation_;
@@ -455,7 +494,6 @@ class Service {
   std::map<std::string, std::map<std::string, metrics::Alert>> alerts_;  // by host, then key
   std::deque<metrics::Alert> recent_alerts_;                             // newest first
   std::function<void(const metrics::Alert&, bool)> alert_listener_;      // under mutex_
-  std::set<std::string> user_names_;
   struct Active {
     Lease lease;
     place::Allocation allocation;
@@ -479,5 +517,18 @@ class Service {
 
 // SHA-256 of a token, hex.
 std::string HashToken(const std::string& token);
+// A new random API token: "gs_" and 64 hex digits (256 bits from std::random_device).
+std::string NewToken();
+// "admin", "tenant" or "agent"; and back (anything else reads as tenant).
+std::string RoleName(Role role);
+Role RoleFromName(const std::string& name);
+
+// The way back from a lost admin token, for whoever can open the store (`gpuslice admin
+// recover`): gives admin `name` a new token that never expires, creating the admin if there is
+// no user of that name, and audits it as `admin.recover` by `actor`, in one transaction (the
+// store is migrated first). FailedPrecondition when `name` is a user of another role. A running
+// `gpuslice serve` reads it when it restarts.
+absl::StatusOr<std::string> RecoverAdmin(store::Database& db, const std::string& name,
+                                         const std::string& actor, std::int64_t now);
 
 }  // namespace gpuslice::alloc

@@ -7,6 +7,9 @@
 //   GET    /v1/classes                     PUT/DELETE /v1/classes/{name} (admin)
 //   GET    /v1/tenants                     PUT/DELETE /v1/tenants/{name} (admin)
 //   POST   /v1/users                       (admin) create a user; answers its token once
+//   GET    /v1/users                       users (admin: all; others: themselves), no tokens
+//   DELETE /v1/users/{name}                (admin) revoke a user and its token
+//   POST   /v1/users/{name}/rotate         a new token (admin: anyone's; others: their own)
 //   POST   /v1/leases                      acquire: 201 granted, 202 queued, 409 refused
 //   GET    /v1/leases[?all=true]           GET /v1/leases/{id}
 //   POST   /v1/leases/{id}/renew           DELETE /v1/leases/{id} (release)
@@ -14,7 +17,8 @@
 //   GET    /v1/audit?tenant=&since=&limit=
 //   GET    /metrics                        (admin or agent) Prometheus text format, when enabled
 //
-// Every endpoint but health needs `Authorization: Bearer <token>`; a tenant sees and changes
+// Every endpoint but health needs `Authorization: Bearer <token>` (failures audited and limited
+// per source, see src/api/auth.h); a tenant sees and changes
 // only its own leases, queue entries and audit. Bodies are JSON objects; unknown fields, wrong
 // types, absurd amounts, bodies over 64 KiB (413), chunked (411) or compressed (415) bodies get a
 // 4xx with {"error": "..."} and change nothing. Tokens are never logged.
@@ -50,6 +54,13 @@ struct ServerOptions {
   // Mutual TLS for agents: an agent's token is accepted only over a connection whose verified
   // client certificate names the agent's machine (the context must ask for client certificates).
   bool agents_need_client_certificates = false;
+  // Failed authentications (an unknown or expired token) are audited; a source (an IPv4 address
+  // or an IPv6 /64) failing `auth_max_failures` times within `auth_window_s` is answered 429 for
+  // `auth_lockout_s`, its tokens unread. `auth_clock_s`: monotonic seconds (tests set it).
+  int auth_max_failures = 10;
+  int auth_window_s = 60;
+  int auth_lockout_s = 60;
+  std::function<std::int64_t()> auth_clock_s;
   // GET /metrics (admin or agent token): the Prometheus exposition text this returns, made at
   // each scrape; unset: no /metrics.
   std::function<absl::StatusOr<std::string>()> metrics;
@@ -61,6 +72,7 @@ struct Request;
 struct Response;
 }  // namespace http
 class Router;
+class RequestAuthenticator;
 
 class ApiServer {
  public:
@@ -76,11 +88,15 @@ class ApiServer {
   // Stops accepting, finishes the requests in flight, joins the threads. Idempotent.
   void Stop();
 
+  // Answers one request in-process, as the transport hands it over (tests and fuzzing call it
+  // without a socket). May run on many threads at once.
+  void Handle(http::Request& request, http::Response& response) const;
+
  private:
   void Routes();
-  void Handle(http::Request& request, http::Response& response) const;
   alloc::Service& service_;
   ServerOptions options_;
+  std::unique_ptr<RequestAuthenticator> authenticator_;
   std::unique_ptr<Router> router_;
   std::unique_ptr<http::Transport> transport_;
   int port_ = 0;
