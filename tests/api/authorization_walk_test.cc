@@ -157,7 +157,10 @@ TEST_F(AuthorizationWalk, EveryOperationAsEveryIdentity) {
       // Revoked and rotated: a user of team-a made for each identity, so no identity's own
       // token changes.
       {"DELETE /v1/users/{name}", victim(""), json(), {401, 403, 403, 403, 200}},
-      {"POST /v1/users/{name}/rotate", victim("/rotate"), json::object(), {401, 403, 403, 403, 200}},
+      {"POST /v1/users/{name}/rotate",
+       victim("/rotate"),
+       json::object(),
+       {401, 403, 403, 403, 200}},
       {"GET /v1/leases", fixed("/v1/leases"), json(), {401, 200, 200, 200, 200}},
       {"POST /v1/leases",
        fixed("/v1/leases"),
