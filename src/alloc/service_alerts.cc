@@ -9,6 +9,7 @@
 
 namespace gpuslice::alloc {
 
+using internal::HostOf;
 using internal::json;
 using internal::kMaxTextBytes;
 
@@ -36,8 +37,18 @@ absl::Status Service::ReportAlerts(const Caller& caller, const std::string& host
       return absl::NotFoundError(absl::StrCat("machine '", host, "' has not reported"));
     }
     std::map<std::string, metrics::Alert>& active = alerts_[host];
+    // Whose an alert is comes from the service's own leases, never from the report: a machine
+    // may name only a lease active on it, and the lease's tenant and class go with it.
+    auto attribute = [&](metrics::Alert& alert) {
+      auto lease = active_.find(alert.lease);
+      const bool ours = lease != active_.end() && HostOf(lease->second.lease.node) == host;
+      alert.lease = ours ? lease->second.lease.id : 0;
+      alert.tenant = ours ? lease->second.lease.tenant : "";
+      alert.class_name = ours ? lease->second.lease.class_name : "";
+    };
     for (const metrics::Alert& in : changes.fired) {
       metrics::Alert alert = Kept(in, host);
+      attribute(alert);
       alert.cleared = 0;
       if (alert.since <= 0) alert.since = Now();
       if (active.contains(alert.key)) continue;

@@ -120,15 +120,22 @@ TEST_F(AlertsApiTest, ClearedAlertsMoveToRecentOnce) {
 }
 
 TEST_F(AlertsApiTest, ATenantSeesOnlyItsOwnAlerts) {
-  ASSERT_EQ(Post({{"fired", json::array({AlertJson("xid/MIG-1/48/1", "xid", "team-a"),
-                                         AlertJson("xid/MIG-2/48/1", "xid", "team-b"),
+  Reply granted = Call("POST", "/v1/leases", tenant_,
+                       json{{"profile", "1g.10gb"}, {"purpose", "alerts"}, {"wait", false}});
+  ASSERT_EQ(granted.status, 201) << granted.text;
+  ASSERT_EQ(granted.body["lease"]["node"].get<std::string>().substr(0, 3), "r1/");
+  json on_lease = AlertJson("xid/MIG-1/48/1", "xid", "team-b");  // the report lies about whose
+  on_lease["lease"] = granted.body["lease"]["id"];
+  ASSERT_EQ(Post({{"fired", json::array({on_lease, AlertJson("xid/MIG-2/48/1", "xid", "team-a"),
                                          AlertJson("throttled/GPU-r1-0", "throttled")})}})
                 .status,
             200);
   EXPECT_EQ(Get("/v1/alerts", "active").size(), 3u);
   json mine = Get("/v1/alerts", "active", tenant_);
-  ASSERT_EQ(mine.size(), 1u);
-  EXPECT_EQ(mine[0]["tenant"], "team-a");
+  ASSERT_EQ(mine.size(), 1u) << mine;
+  EXPECT_EQ(mine[0]["key"], "xid/MIG-1/48/1");
+  EXPECT_EQ(mine[0]["tenant"], "team-a") << "the lease's tenant, not the report's";
+  EXPECT_EQ(mine[0]["class"], "profile:1g.10gb");
 }
 
 TEST_F(AlertsApiTest, BadBodiesAndRolesChangeNothing) {
