@@ -330,8 +330,9 @@ std::vector<Family> AlertTracker::Families(const std::string& host) const {
   active.name = "gpuslice_alerts";
   active.help = "Active alerts on this machine, by kind and severity.";
   for (const auto& [kind, severity] : AlertKinds()) {
-    const auto count = std::count_if(active_.begin(), active_.end(),
-                                     [&](const auto& entry) { return entry.second.kind == kind; });
+    const auto count =
+        std::count_if(active_.begin(), active_.end(),
+                      [&k = kind](const auto& entry) { return entry.second.kind == k; });
     active.samples.push_back(
         {{{"kind", kind}, {"severity", severity}, {"Hostname", host}}, static_cast<double>(count)});
   }
