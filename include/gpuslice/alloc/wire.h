@@ -1,9 +1,10 @@
 // gpuslice/alloc/wire.h
 //
 // The JSON forms of a lease's claims (place::GpuClaim) and bound devices (BoundDevice), one for the
-// store's rows, the agents' API calls and `gpuslice agent`. Reading is lenient: a missing field
-// takes its default (-1 for ids and indexes, 0 for amounts), a value that is not an array gives
-// an empty list.
+// store's rows, the agents' API calls and `gpuslice agent`. Reading is lenient and never throws: a
+// missing field, or one of another type or out of its range, takes its default (-1 for ids and
+// indexes, 0 for amounts), an element that is not an object is left out, and a value that is not
+// an array gives an empty list.
 #pragma once
 
 #include <vector>
