@@ -6,6 +6,7 @@
 #
 # Usage: scripts/fuzz.sh [--seconds N] [HARNESS...]     (default: 600 s each, every harness)
 # Ends with one line per harness: fuzz <harness> seconds=<n> runs=<n> corpus=<n> result=<ok|FAILED>
+# FUZZ_STORE_ROWS_SKIP_KNOWN=1 keeps fuzz_store_rows off the defects it has found (its header).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=600
@@ -19,7 +20,8 @@ while [[ $# -gt 0 ]]; do
 done
 if [[ ${#harnesses[@]} -eq 0 ]]; then
   harnesses=(fuzz_http_head fuzz_http_transport fuzz_layout_text fuzz_mig_parted fuzz_catalog_yaml
-             fuzz_text_checks)
+             fuzz_text_checks fuzz_plan_inputs fuzz_replay_csv fuzz_api_bodies fuzz_extender_json
+             fuzz_shim_inputs fuzz_store_rows)
 fi
 scripts/setup.sh >/dev/null  # clang and its libFuzzer runtime are among its packages
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
