@@ -52,6 +52,9 @@ void PrintLease(const nlohmann::json& lease);
 // (command_users.cc).
 void AddUserCommands(CLI::App* admin, std::function<int()>* action);
 
+// "30d", "12h", "90m", "45s" or plain seconds -> seconds, 1..max_s; -1 when it is none of those.
+std::int64_t ParseDuration(const std::string& text, std::int64_t max_s);
+
 // Seconds since the epoch, now.
 std::int64_t EpochNow();
 

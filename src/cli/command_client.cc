@@ -149,27 +149,33 @@ std::int64_t EpochNow() {
       .count();
 }
 
-namespace {
-
-// "7d", "12h", "30m", "45s" or epoch seconds -> epoch seconds.
-std::int64_t ParseSince(const std::string& text) {
-  if (text.empty()) return 0;
-  std::int64_t value = 0;
+std::int64_t ParseDuration(const std::string& text, std::int64_t max_s) {
+  if (text.empty()) return -1;
   const char unit = text.back();
   const std::int64_t scale = unit == 'd'   ? 86400
                              : unit == 'h' ? 3600
                              : unit == 'm' ? 60
                              : unit == 's' ? 1
                                            : 0;
-  if (scale == 0) return absl::SimpleAtoi(text, &value) && value >= 0 ? value : -1;
-  if (!absl::SimpleAtoi(text.substr(0, text.size() - 1), &value) || value < 0 ||
-      value > 100LL * 365 * 86400 / scale) {
-    return -1;  // a time in the future, or before the epoch
+  std::int64_t value = 0;
+  const std::string number = scale == 0 ? text : text.substr(0, text.size() - 1);
+  if (!absl::SimpleAtoi(number, &value) || value <= 0 ||
+      value > max_s / std::max<std::int64_t>(scale, 1)) {
+    return -1;
   }
-  const auto now = std::chrono::duration_cast<std::chrono::seconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
-  return now - value * scale;
+  return value * std::max<std::int64_t>(scale, 1);
+}
+
+namespace {
+
+// "7d", "12h", "30m", "45s" (that long ago) or epoch seconds -> epoch seconds; -1 when it is
+// none of those (a time in the future, or before the epoch).
+std::int64_t ParseSince(const std::string& text) {
+  if (text.empty()) return 0;
+  std::int64_t epoch = 0;
+  if (absl::SimpleAtoi(text, &epoch)) return epoch >= 0 ? epoch : -1;
+  const std::int64_t ago = ParseDuration(text, 100LL * 365 * 86400);
+  return ago < 0 ? -1 : EpochNow() - ago;
 }
 
 }  // namespace

@@ -29,22 +29,6 @@ struct ReportOptions {
   std::string plan_out;
 };
 
-// "7d", "24h", "30m", "45s" or plain seconds -> seconds; -1 when it is not one of those.
-std::int64_t ParseDuration(const std::string& text) {
-  if (text.empty()) return -1;
-  const char unit = text.back();
-  const std::int64_t scale = unit == 'd'   ? 86400
-                             : unit == 'h' ? 3600
-                             : unit == 'm' ? 60
-                             : unit == 's' ? 1
-                                           : 0;
-  std::int64_t value = 0;
-  const std::string number = scale == 0 ? text : text.substr(0, text.size() - 1);
-  if (!absl::SimpleAtoi(number, &value) || value <= 0 || value > kMaxSinceS) return -1;
-  const std::int64_t seconds = value * (scale == 0 ? 1 : scale);
-  return seconds > kMaxSinceS ? -1 : seconds;
-}
-
 std::string Gib(double mib) { return absl::StrFormat("%.1f", mib / 1024.0); }
 
 std::string Pct(const json& row, const char* field) {
@@ -146,7 +130,7 @@ bool WriteFileAtomically(const std::string& path, const std::string& text) {
 }
 
 int RunReportUsage(const ReportOptions& o) {
-  const std::int64_t since = ParseDuration(o.since);
+  const std::int64_t since = ParseDuration(o.since, kMaxSinceS);
   if (since < 0) {
     PrintError(absl::StrCat("--since '", o.since,
                             "': a duration like 7d, 24h, 30m or 45s (seconds without a unit), "

@@ -21,23 +21,12 @@ namespace {
 
 using nlohmann::json;
 
-// "30d", "12h", "90m", "45s" or plain seconds; "never" or "0": no end. nullopt when malformed.
+// A token's lifetime: a duration (ParseDuration) of at most ten years; "never" or "0": no end.
+// nullopt when malformed.
 std::optional<std::int64_t> ParseLifetime(const std::string& text) {
   if (text == "never" || text == "0") return 0;
-  if (text.empty()) return std::nullopt;
-  const char unit = text.back();
-  const std::int64_t scale = unit == 'd'   ? 86400
-                             : unit == 'h' ? 3600
-                             : unit == 'm' ? 60
-                             : unit == 's' ? 1
-                                           : 0;
-  std::int64_t value = 0;
-  const std::string digits = scale == 0 ? text : text.substr(0, text.size() - 1);
-  if (!absl::SimpleAtoi(digits, &value) || value <= 0 ||
-      value > alloc::Service::kMaxTokenLifetimeS / std::max<std::int64_t>(scale, 1)) {
-    return std::nullopt;
-  }
-  return value * std::max<std::int64_t>(scale, 1);
+  const std::int64_t seconds = ParseDuration(text, alloc::Service::kMaxTokenLifetimeS);
+  return seconds > 0 ? std::optional<std::int64_t>(seconds) : std::nullopt;
 }
 
 CLI::Validator Lifetime() {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cli/serve_process.h"
+#include "require.h"
 
 namespace {
 
@@ -54,7 +55,7 @@ TEST_F(MetricsCliTest, ExposesGpusInstancesAndLeasesToAdminsOnly) {
   EXPECT_THAT(HttpGet(port_, "/metrics", ann_token_), StartsWith("HTTP/1.1 403"));
 
   if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "promtool is not installed (Debian package prometheus)";
+    GPUSLICE_SKIP_OR_FAIL_IN_CI("promtool is not installed (Debian package prometheus)");
   }
   const std::string in = dir_ + "/metrics.txt";
   const std::string out = dir_ + "/promtool.txt";

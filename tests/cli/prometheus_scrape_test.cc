@@ -40,6 +40,7 @@
 #include "cli/serve_process.h"
 #include "metrics_listener.h"
 #include "nlohmann/json.hpp"
+#include "require.h"
 
 namespace {
 
@@ -229,8 +230,8 @@ class PrometheusScrapeTest : public ServeFixture {
  protected:
   void SetUp() override {
     if (access(kPrometheus, X_OK) != 0) {
-      GTEST_SKIP() << kPrometheus << " is not installed (Debian package prometheus; "
-                   << "scripts/setup.sh installs it)";
+      GPUSLICE_SKIP_OR_FAIL_IN_CI(kPrometheus << " is not installed (Debian package prometheus; "
+                                              << "scripts/setup.sh installs it)");
     }
     static int salt = 930;
     ASSERT_NO_FATAL_FAILURE(StartServer("gpuslice_prometheus_", "1xA30-24GB", salt++));

@@ -59,6 +59,7 @@
 #include "cli/run_gpuslice.h"
 #include "cli/serve_process.h"
 #include "nlohmann/json.hpp"
+#include "require.h"
 
 #ifndef GPUSLICE_BINARY
 #error "GPUSLICE_BINARY must name the built gpuslice executable"
@@ -905,7 +906,7 @@ TEST(ServeCrashTest, SqliteKeepsEverythingAcknowledgedAcrossKillNine) {
 TEST(ServeCrashTest, PostgresKeepsEverythingAcknowledgedAcrossKillNine) {
   const TempDir dir("postgres");
   const PostgresForTest postgres(dir.path());
-  if (postgres.url().empty()) GTEST_SKIP() << postgres.why();
+  if (postgres.url().empty()) GPUSLICE_SKIP_OR_FAIL_IN_CI(postgres.why());
   CrashCycles(dir.path(), postgres.url(), "postgres");
 }
 

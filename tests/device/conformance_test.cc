@@ -19,6 +19,7 @@
 #include "gpuslice/hw/catalog.h"
 #ifdef GPUSLICE_FAKE_NVML
 #include "gpuslice/device/nvml_backend.h"
+#include "require.h"
 #endif
 
 namespace gpuslice::device {
@@ -73,7 +74,7 @@ class ConformanceTest : public testing::TestWithParam<Kind> {
     ASSERT_TRUE(nvml.ok()) << nvml.status();
     backend_ = *std::move(nvml);
 #else
-    GTEST_SKIP() << "the test NVML library is not built";
+    GPUSLICE_SKIP_OR_FAIL_IN_CI("the test NVML library is not built");
 #endif
   }
 

@@ -14,6 +14,7 @@
 #include "gpuslice/hw/catalog.h"
 #include "gpuslice/store/database.h"
 #include "gtest/gtest.h"
+#include "require.h"
 
 namespace gpuslice::store {
 namespace {
@@ -67,7 +68,9 @@ const auto* const kEnvironment =
 class PostgresTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (PostgresEnvironment::url().empty()) GTEST_SKIP() << "no PostgreSQL server available";
+    if (PostgresEnvironment::url().empty()) {
+      GPUSLICE_SKIP_OR_FAIL_IN_CI("no PostgreSQL server available");
+    }
     absl::StatusOr<std::unique_ptr<Database>> db = OpenPostgres(PostgresEnvironment::url());
     ASSERT_TRUE(db.ok()) << db.status();
     db_ = *std::move(db);
