@@ -761,15 +761,16 @@ absl::StatusOr<ResyncResult> Extender::Resync(const json& pod_list) {
     const json metadata = item.value("metadata", json::object());
     const json status = item.value("status", json::object());
     const json spec = item.value("spec", json::object());
-    const std::string phase = status.is_object() ? status.value("phase", "") : "";
+    // A field of another type reads as absent (json's value() would throw).
+    const std::string phase = JsonString(status, "phase");
     if (phase == "Succeeded" || phase == "Failed") continue;  // devices given back by kubelet
     if (!metadata.is_object()) continue;
-    const std::string uid = metadata.value("uid", "");
+    const std::string uid = JsonString(metadata, "uid");
     const std::string by_name =
-        absl::StrCat(metadata.value("namespace", ""), "/", metadata.value("name", ""));
+        absl::StrCat(JsonString(metadata, "namespace"), "/", JsonString(metadata, "name"));
     if (!uid.empty()) running.insert(uid);
     running.insert(by_name);
-    const std::string node = spec.is_object() ? spec.value("nodeName", "") : "";
+    const std::string node = JsonString(spec, "nodeName");
     if (node.empty()) continue;  // not bound yet: the scheduler will ask
     absl::StatusOr<PodRequest> pod = ParsePod(item, options_.units_per_gpu, options_.catalog);
     if (!pod.ok() || pod->parts.empty()) continue;

@@ -238,6 +238,30 @@ TEST_F(ExtenderTest, FilterOfAnInexpressiblePodFailsEveryNodeWithTheReason) {
   EXPECT_EQ(reply["FailedAndUnresolvableNodes"].size(), 2u);
 }
 
+// Found by fuzz/fuzz_extender_json: a pod list item whose spec.nodeName (or status.phase,
+// metadata.uid, namespace or name) was not a string made Resync throw json's type_error out of
+// the extender (std::terminate in `gpuslice extender`). Such a field reads as absent.
+TEST_F(ExtenderTest, ResyncReadsFieldsOfAnotherTypeAsAbsent) {
+  std::vector<BindingTarget> seen;
+  ASSERT_EQ(extender_->Filter(Args(Pod("p", {{{"nvidia.com/gpu", 1}}}), all_))["Error"], "");
+  ASSERT_EQ(extender_->Bind(BindArgs("p", "whole-a"), Accept(&seen))["Error"], "");
+  json bound_elsewhere = Pod("q", {{{"nvidia.com/gpu", 1}}});
+  bound_elsewhere["spec"]["nodeName"] = json::object();
+  json still_running = Pod("p", {{{"nvidia.com/gpu", 1}}});
+  still_running["spec"]["nodeName"] = "whole-a";
+  still_running["status"]["phase"] = json::array({"Succeeded"});
+  json odd_names = Pod("r", {});
+  odd_names["metadata"] = {{"uid", 7}, {"namespace", json::array()}, {"name", nullptr}};
+  absl::StatusOr<ResyncResult> result;
+  ASSERT_NO_THROW(result = extender_->Resync(
+                      json{{"items", json::array({bound_elsewhere, still_running, odd_names})}}));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->adopted.empty());   // q names no node it runs on
+  EXPECT_TRUE(result->released.empty());  // p is not finished: its phase is not a string
+  EXPECT_TRUE(result->conflicts.empty());
+  EXPECT_NE(extender_->Find("uid-p"), nullptr);
+}
+
 TEST_F(ExtenderTest, MalformedFilterArgumentsAreAnError) {
   EXPECT_THAT(extender_->Filter(json{{"NodeNames", {"a"}}})["Error"].get<std::string>(),
               HasSubstr("Pod"));
