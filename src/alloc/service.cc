@@ -296,13 +296,30 @@ absl::Status Service::Reload() {
 }
 
 absl::Status Service::Load() {
+  // A row the service could not have written (a JSON column of another shape, say) ends the
+  // load with an error naming the store, never with an exception.
+  try {
+    return LoadRows();
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat(db_->where(),
+                                            ": a stored row is not as gpuslice writes it (",
+                                            e.what(), "); restore the store from a backup"));
+  }
+}
+
+absl::Status Service::LoadRows() {
   // Ids continue after the largest stored.
   for (const auto& [table, next] : {std::pair<const char*, std::int64_t*>{"leases", &next_lease_},
                                     {"queue", &next_queue_},
                                     {"audit", &next_audit_}}) {
     absl::StatusOr<store::Result> r = db_->Query(absl::StrCat("SELECT MAX(id) FROM ", table));
     if (!r.ok()) return r.status();
-    *next = store::AsInt(r->rows[0][0]) + 1;
+    const std::int64_t largest = store::AsInt(r->rows[0][0]);
+    if (largest < 0 || largest >= kMaxStoredId) {
+      return absl::DataLossError(absl::StrCat(db_->where(), ": table ", table, " holds id ",
+                                              largest, ", outside 0..", kMaxStoredId));
+    }
+    *next = largest + 1;
   }
   if (absl::Status st = LoadUsers(*db_, &users_, &user_by_token_hash_); !st.ok()) return st;
   absl::StatusOr<store::Result> tenants =

@@ -295,6 +295,9 @@ absl::StatusOr<std::string> RecoverAdmin(store::Database& db, const std::string&
   if (!written.ok()) return written;
   absl::StatusOr<store::Result> last = db.Query("SELECT MAX(id) FROM audit");
   if (!last.ok()) return last.status();
+  if (store::AsInt(last->rows[0][0]) >= Service::kMaxStoredId) {
+    return absl::DataLossError("the audit table's ids are exhausted");
+  }
   const std::vector<Value> audit = {store::AsInt(last->rows[0][0]) + 1, now, actor, name,
                                     json{{"created", !exists}}.dump()};
   if (absl::Status st = db.Exec(

@@ -1,8 +1,11 @@
 // Schema migrations of the allocation service's store, written once in the SQL both SQLite and
 // PostgreSQL accept.
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gpuslice/store/database.h"
 
@@ -82,10 +85,28 @@ const std::vector<std::vector<std::string>>& Steps() {
 
 int SchemaVersion() { return static_cast<int>(Steps().size()); }
 
+namespace {
+
+// A real as an integer: truncated, and past int64's range (or NaN) the nearest end (NaN: 0), where
+// a plain cast would be undefined.
+std::int64_t ClampedInt(double real) {
+  if (std::isnan(real)) return 0;
+  if (real >= 9.2233720368547758e18) return std::numeric_limits<std::int64_t>::max();
+  if (real <= -9.2233720368547758e18) return std::numeric_limits<std::int64_t>::min();
+  return static_cast<std::int64_t>(real);
+}
+
+}  // namespace
+
 std::int64_t AsInt(const Value& value) {
   if (const auto* integer = std::get_if<std::int64_t>(&value)) return *integer;
-  if (const auto* real = std::get_if<double>(&value)) return static_cast<std::int64_t>(*real);
-  if (const auto* text = std::get_if<std::string>(&value)) return std::atoll(text->c_str());
+  if (const auto* real = std::get_if<double>(&value)) return ClampedInt(*real);
+  if (const auto* text = std::get_if<std::string>(&value)) {
+    std::int64_t parsed = 0;
+    if (absl::SimpleAtoi(*text, &parsed)) return parsed;
+    double as_real = 0;
+    return absl::SimpleAtod(*text, &as_real) ? ClampedInt(as_real) : 0;
+  }
   return 0;
 }
 

@@ -277,6 +277,9 @@ class Service {
   // refusal's message (it never holds a token).
   absl::Status AuditAuthFailure(const std::string& source, const std::string& why, bool limited);
   static constexpr std::int64_t kMaxTokenLifetimeS = 10LL * 366 * 86400;
+  // Stored ids (leases, queue entries, audit events) must stay below this, so that the next one
+  // never overflows; Open refuses a store that holds a larger one (DataLoss).
+  static constexpr std::int64_t kMaxStoredId = std::int64_t{1} << 62;
 
   absl::Status PutTenant(const Caller& caller, const TenantSpec& tenant);
   absl::Status DeleteTenant(const Caller& caller, const std::string& name);
@@ -396,8 +399,11 @@ class Service {
 
   Service(std::unique_ptr<store::Database> db, place::Cluster inventory, place::Engine engine,
           ServiceOptions options);
-  // Reads the store into memory (mutex_ and db_mutex_ held); writes it needs are staged.
+  // Reads the store into memory (mutex_ and db_mutex_ held); writes it needs are staged. A row
+  // gpuslice could not have written is DataLoss (LoadRows may throw on one; Load catches).
   absl::Status Load();
+  absl::Status LoadRows();
+
   // Empties memory and loads it again from the store, after a failed commit.
   absl::Status Reload();
   // Runs `change` under mutex_, then waits until what it staged is durable.

@@ -33,7 +33,8 @@ struct Result {
   std::vector<Row> rows;
 };
 
-// Typed access to a cell; NULL reads as 0 / "".
+// Typed access to a cell; NULL reads as 0 / "". AsInt truncates a real, and reads one past the
+// 64-bit range (or a text that is no number) as the nearest end (0), never undefined.
 std::int64_t AsInt(const Value& value);
 double AsDouble(const Value& value);
 std::string AsText(const Value& value);
