@@ -6,7 +6,6 @@
 #
 # Usage: scripts/fuzz.sh [--seconds N] [HARNESS...]     (default: 600 s each, every harness)
 # Ends with one line per harness: fuzz <harness> seconds=<n> runs=<n> corpus=<n> result=<ok|FAILED>
-# FUZZ_STORE_ROWS_SKIP_KNOWN=1 keeps fuzz_store_rows off the defects it has found (its header).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=600
@@ -14,7 +13,7 @@ harnesses=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) harnesses+=("$1"); shift ;;
   esac
 done
