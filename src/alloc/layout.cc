@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "gpuslice/geometry/shape.h"
 #include "gpuslice/hw/catalog.h"
+#include "service_internal.h"
 
 namespace gpuslice::alloc {
 namespace {
@@ -261,17 +262,18 @@ absl::StatusOr<NodeLayout> LayoutFromJson(const std::string& host, const json& j
   try {
     NodeLayout layout;
     layout.host = host;
-    layout.generation = j.value("generation", std::int64_t{0});
+    layout.generation = internal::StoredInt(j, "generation", std::int64_t{0});
     layout.source = j.value("source", "");
     layout.set_by = j.value("set_by", "");
-    layout.set_at = j.value("set_at", std::int64_t{0});
-    layout.applied_generation = j.value("applied_generation", std::int64_t{0});
-    layout.reported_generation = j.value("reported_generation", std::int64_t{0});
+    layout.set_at = internal::StoredInt(j, "set_at", std::int64_t{0});
+    layout.applied_generation = internal::StoredInt(j, "applied_generation", std::int64_t{0});
+    layout.reported_generation = internal::StoredInt(j, "reported_generation", std::int64_t{0});
     layout.agent_message = j.value("agent_message", "");
-    layout.reported_at = j.value("reported_at", std::int64_t{0});
+    layout.reported_at = internal::StoredInt(j, "reported_at", std::int64_t{0});
     for (const json& g : j.value("gpus", json::array())) {
       GpuLayout gpu;
-      gpu.index = g.at("index").get<int>();
+      gpu.index = internal::StoredInt(g, "index", -1);
+      if (!g.contains("index")) throw std::out_of_range("index: missing");
       gpu.model = g.at("model").get<std::string>();
       gpu.mig = g.at("mig").get<bool>();
       const hw::GpuModel* model = hw::Catalog::Builtin().Find(gpu.model);
@@ -286,7 +288,8 @@ absl::StatusOr<NodeLayout> LayoutFromJson(const std::string& host, const json& j
               absl::StrCat("layout: ", model->id, " has no profile ", name));
         }
         const int index = model->mig->IndexOf(*profile);
-        const int start = i.at("start").get<int>();
+        if (!i.contains("start")) throw std::out_of_range("start: missing");
+        const int start = internal::StoredInt(i, "start", -1);
         if (!geometry::Shape(*model).StartAllowed(index, start)) {
           return absl::InvalidArgumentError(
               absl::StrCat("layout: ", name, " cannot start at ", start, " on ", model->id));
@@ -296,7 +299,7 @@ absl::StatusOr<NodeLayout> LayoutFromJson(const std::string& host, const json& j
       layout.gpus.push_back(std::move(gpu));
     }
     return layout;
-  } catch (const json::exception& e) {
+  } catch (const std::exception& e) {  // json's, and StoredInt's out_of_range
     return absl::InvalidArgumentError(absl::StrCat("layout: ", e.what()));
   }
 }

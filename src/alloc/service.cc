@@ -42,11 +42,11 @@ ClassSpec ClassFromJson(const std::string& name, const json& j) {
   ClassSpec spec;
   spec.name = name;
   spec.mig = j.value("mig", std::map<std::string, std::string>{});
-  spec.share_milli = j.value("share_milli", 0);
-  spec.vram_mib = j.value("vram_mib", std::int64_t{0});
+  spec.share_milli = StoredInt(j, "share_milli", 0);
+  spec.vram_mib = StoredInt(j, "vram_mib", std::int64_t{0});
   spec.full = j.value("full", false);
-  spec.max_lease_s = j.value("max_lease_s", std::int64_t{8 * 3600});
-  spec.idle_timeout_s = j.value("idle_timeout_s", std::int64_t{0});
+  spec.max_lease_s = StoredInt(j, "max_lease_s", std::int64_t{8 * 3600});
+  spec.idle_timeout_s = StoredInt(j, "idle_timeout_s", std::int64_t{0});
   return spec;
 }
 
@@ -59,10 +59,10 @@ AcquireRequest RequestFromJson(const json& j) {
   AcquireRequest r;
   r.class_name = j.value("class", "");
   r.profile = j.value("profile", "");
-  r.share_milli = j.value("share_milli", 0);
-  r.vram_mib = j.value("vram_mib", std::int64_t{0});
+  r.share_milli = StoredInt(j, "share_milli", 0);
+  r.vram_mib = StoredInt(j, "vram_mib", std::int64_t{0});
   r.purpose = j.value("purpose", "");
-  r.ttl_s = j.value("ttl_s", std::int64_t{0});
+  r.ttl_s = StoredInt(j, "ttl_s", std::int64_t{0});
   return r;
 }
 
@@ -362,7 +362,7 @@ absl::Status Service::LoadRows() {
     if (const std::string text = store::AsText(row[3]); !text.empty()) {
       const json stored = json::parse(text, nullptr, false);
       if (stored.is_object() && stored.contains("cleared_generation")) {
-        cleared_generation_[report.host] = stored.value("cleared_generation", std::int64_t{0});
+        cleared_generation_[report.host] = StoredInt(stored, "cleared_generation", std::int64_t{0});
         remotes_[report.host] = std::move(report);
         continue;
       }

@@ -4,9 +4,11 @@
 
 #include <cctype>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -61,13 +63,36 @@ inline json ReportJson(const NodeReport& report) {
   return {{"cpu_milli", report.cpu_milli}, {"memory_mib", report.memory_mib}, {"gpus", gpus}};
 }
 
+// An integer field of stored JSON: `fallback` when absent or null, the value when it is an
+// integer within T's range, else std::out_of_range naming the field (Service::Load answers
+// DataLoss). nlohmann's value()/get() would cast a real such as 1e300 past the range: undefined.
+template <typename T>
+T StoredInt(const json& j, const char* key, T fallback) {
+  if (!j.is_object()) throw std::out_of_range("not a JSON object");
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (it->is_number_unsigned()) {
+    const auto value = it->template get<std::uint64_t>();
+    if (value <= static_cast<std::uint64_t>(std::numeric_limits<T>::max())) {
+      return static_cast<T>(value);
+    }
+  } else if (it->is_number_integer()) {
+    const auto value = it->template get<std::int64_t>();
+    if (value >= static_cast<std::int64_t>(std::numeric_limits<T>::min()) &&
+        value <= static_cast<std::int64_t>(std::numeric_limits<T>::max())) {
+      return static_cast<T>(value);
+    }
+  }
+  throw std::out_of_range(absl::StrCat(key, ": not an integer within range"));
+}
+
 inline NodeReport ReportFromJson(const std::string& host, const json& j) {
   NodeReport report;
   report.host = host;
-  report.cpu_milli = j.value("cpu_milli", std::int64_t{0});
-  report.memory_mib = j.value("memory_mib", std::int64_t{0});
+  report.cpu_milli = StoredInt(j, "cpu_milli", std::int64_t{0});
+  report.memory_mib = StoredInt(j, "memory_mib", std::int64_t{0});
   for (const json& g : j.value("gpus", json::array())) {
-    report.gpus.push_back(NodeReport::Gpu{g.value("index", 0), g.value("uuid", ""),
+    report.gpus.push_back(NodeReport::Gpu{StoredInt(g, "index", 0), g.value("uuid", ""),
                                           g.value("model", ""), g.value("mig", false)});
   }
   return report;

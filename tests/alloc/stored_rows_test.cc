@@ -47,6 +47,14 @@ TEST_F(StoredRowsTest, AJsonColumnOfAnotherShapeIsDataLossNotAnException) {
            std::string("INSERT INTO queue (id, tenant, user_name, class, purpose, request, "
                        "priority, ttl_s, enqueued_at, state) VALUES (1, 't', 'u', 'small', 'p', "
                        "'[1]', 0, 60, 0, 'queued')"),
+           // A number no integer field can hold: nlohmann's value() would cast it (undefined).
+           std::string("INSERT INTO queue (id, tenant, user_name, class, purpose, request, "
+                       "priority, ttl_s, enqueued_at, state) VALUES (1, 't', 'u', 'small', 'p', "
+                       "'{\"class\":\"small\",\"purpose\":\"p\",\"vram_mib\":1e300}', 0, 60, "
+                       "0, 'queued')"),
+           std::string("INSERT INTO classes (name, spec) VALUES ('x', '{\"share_milli\":1e300}')"),
+           std::string("INSERT INTO nodes (host, report, seen_at) VALUES ('r1', "
+                       "'{\"cpu_milli\":-1e300,\"gpus\":[]}', 0)"),
        }) {
     std::filesystem::remove(dir_.path() + "/rows.db");
     absl::StatusOr<std::unique_ptr<Service>> service = OpenAfter({sql});
