@@ -8,12 +8,11 @@
 // exponent) or else text. A row the schema refuses is left out.
 // Beside the sanitizers: Open either succeeds or returns an error Status, and no exception
 // escapes; an opened service answers its admin's reads of the state it loaded.
-// Its first runs found three defects, fixed in 14f8999 (a JSON column of another shape threw out
-// of Load; the largest stored id + 1 overflowed; store::AsInt cast a real past int64's range): the
-// inputs that showed them are in the seed corpus (fuzz/corpus/fuzz_store_rows/known_*). Open
-// (2026-12-02): a JSON number too large for an integer field (a lease's request with "vram_mib":
-// 1e300) is cast past int64's range by Load's json reads (undefined behaviour); the inputs are in
-// fuzz/known/fuzz_store_rows/, to join the seed corpus once it is fixed.
+// Its runs found four defects, fixed in 14f8999 and 5a9c45a (a JSON column of another shape threw
+// out of Load; the largest stored id + 1 overflowed; store::AsInt cast a real past int64's range;
+// a JSON number too large for an integer field, such as a lease request's "vram_mib": 1e300, was
+// cast past its range): the inputs that showed them are in the seed corpus
+// (fuzz/corpus/fuzz_store_rows/known_*), and tests/alloc/stored_rows_test.cc has each.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
