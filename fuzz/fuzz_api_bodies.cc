@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "api/http_message.h"
+#include "fuzz_util.h"
 #include "gpuslice/alloc/service.h"
 #include "gpuslice/api/server.h"
 #include "gpuslice/hw/catalog.h"
@@ -34,6 +35,9 @@
 #include "nlohmann/json.hpp"
 
 namespace {
+
+using gpuslice::fuzz::Check;
+using gpuslice::fuzz::Node;
 
 using gpuslice::api::http::Request;
 using gpuslice::api::http::Response;
@@ -110,23 +114,6 @@ std::string Encode(std::string_view text) {
   return out;
 }
 
-gpuslice::place::NodeSpec Node(const std::string& name, gpuslice::place::GpuMode mode, int gpus,
-                               const std::string& model) {
-  gpuslice::place::NodeSpec spec;
-  spec.name = name;
-  spec.model = model;
-  spec.cpu_milli = 64000;
-  spec.memory_mib = 262144;
-  spec.gpus = gpus;
-  spec.mode = mode;
-  if (mode == gpuslice::place::GpuMode::kMig) {
-    spec.hardware = gpuslice::hw::Catalog::Builtin().Find(model);
-  } else if (mode == gpuslice::place::GpuMode::kShared) {
-    spec.gpu_memory_mib = 24576;
-  }
-  return spec;
-}
-
 // The users and their tokens, made once in a store file that each input's service starts from
 // (a copy: making the schema and the users anew for every input would take most of the time).
 struct Template {
@@ -136,9 +123,10 @@ struct Template {
 
 gpuslice::place::Cluster Inventory() {
   using gpuslice::place::GpuMode;
-  absl::StatusOr<gpuslice::place::Cluster> inventory = gpuslice::place::Cluster::Create(
-      {Node("n1", GpuMode::kMig, 2, "A100-80GB"), Node("s1", GpuMode::kShared, 2, "L40S"),
-       Node("w1", GpuMode::kWhole, 1, "A10")});
+  absl::StatusOr<gpuslice::place::Cluster> inventory =
+      gpuslice::place::Cluster::Create({Node("n1", GpuMode::kMig, 2, "A100-80GB", 24576),
+                                        Node("s1", GpuMode::kShared, 2, "L40S", 24576),
+                                        Node("w1", GpuMode::kWhole, 1, "A10", 24576)});
   if (!inventory.ok()) std::abort();
   return *std::move(inventory);
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "fuzz_util.h"
 #include "gpuslice/hw/catalog.h"
 #include "gpuslice/k8s/extender.h"
 #include "gpuslice/place/cluster.h"
@@ -25,36 +26,18 @@
 
 namespace {
 
+using gpuslice::fuzz::Check;
+using gpuslice::fuzz::Node;
+
 using gpuslice::k8s::Extender;
 using nlohmann::json;
 
-void Check(bool condition) {
-  if (!condition) std::abort();
-}
-
-gpuslice::place::NodeSpec Node(const std::string& name, gpuslice::place::GpuMode mode, int gpus,
-                               const std::string& model) {
-  gpuslice::place::NodeSpec spec;
-  spec.name = name;
-  spec.model = model;
-  spec.cpu_milli = 64000;
-  spec.memory_mib = 262144;
-  spec.gpus = gpus;
-  spec.mode = mode;
-  if (mode == gpuslice::place::GpuMode::kMig) {
-    spec.hardware = gpuslice::hw::Catalog::Builtin().Find(model);
-  } else if (mode == gpuslice::place::GpuMode::kShared) {
-    spec.gpu_memory_mib = 46068;
-  }
-  return spec;
-}
-
 std::vector<gpuslice::place::NodeSpec> DefaultNodes() {
   using gpuslice::place::GpuMode;
-  return {Node("whole-a", GpuMode::kWhole, 2, "A100-80GB"),
-          Node("share-a", GpuMode::kShared, 2, "L40S"),
-          Node("mig-a", GpuMode::kMig, 2, "A100-80GB"),
-          Node("mig-h", GpuMode::kMig, 1, "H100-80GB")};
+  return {Node("whole-a", GpuMode::kWhole, 2, "A100-80GB", 46068),
+          Node("share-a", GpuMode::kShared, 2, "L40S", 46068),
+          Node("mig-a", GpuMode::kMig, 2, "A100-80GB", 46068),
+          Node("mig-h", GpuMode::kMig, 1, "H100-80GB", 46068)};
 }
 
 // No GPU of the cluster is claimed past what it has.

@@ -18,37 +18,21 @@
 #include <string_view>
 #include <vector>
 
+#include "fuzz_util.h"
 #include "gpuslice/place/cluster.h"
 #include "gpuslice/place/policy.h"
 #include "gpuslice/place/replay.h"
 
 namespace {
 
+using gpuslice::fuzz::Check;
+using gpuslice::fuzz::Scratch;
+
 using gpuslice::place::NodeSpec;
 using gpuslice::place::TracePod;
 
-void Check(bool condition) {
-  if (!condition) std::abort();
-}
-
-// A directory of the run's own (tmpfs when there is one), removed at exit.
-const std::string& Scratch() {
-  static const std::string* dir = [] {
-    std::string pattern = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
-    pattern += "/gpuslice_fuzz_replay_XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr) std::abort();
-    auto* path = new std::string(pattern);
-    std::atexit([] {
-      std::error_code ignored;
-      std::filesystem::remove_all(*dir, ignored);
-    });
-    return path;
-  }();
-  return *dir;
-}
-
 std::string WriteFile(const std::string& name, std::string_view text) {
-  const std::string path = Scratch() + "/" + name;
+  const std::string path = Scratch("gpuslice_fuzz_replay") + "/" + name;
   FILE* file = std::fopen(path.c_str(), "wb");
   if (file == nullptr) std::abort();
   if (!text.empty() && std::fwrite(text.data(), 1, text.size(), file) != text.size()) std::abort();

@@ -31,34 +31,18 @@
 
 #include "accounting.h"
 #include "config.h"
+#include "fuzz_util.h"
 #include "gpuslice/shim/slice_region.h"
 #include "gpuslice/shim/slices.h"
 #include "shared_file.h"
 
 namespace {
 
+using gpuslice::fuzz::Check;
+using gpuslice::fuzz::Scratch;
+
 using gpuslice::shim::SliceRegion;
 using gpuslice::shim::SliceSnapshot;
-
-void Check(bool condition) {
-  if (!condition) std::abort();
-}
-
-// A directory of the run's own (tmpfs when there is one), removed at exit.
-const std::string& Scratch() {
-  static const std::string* dir = [] {
-    std::string pattern = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
-    pattern += "/gpuslice_fuzz_shim_XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr) std::abort();
-    auto* path = new std::string(pattern);
-    std::atexit([] {
-      std::error_code ignored;
-      std::filesystem::remove_all(*dir, ignored);
-    });
-    return path;
-  }();
-  return *dir;
-}
 
 std::map<std::string, std::string> environment;
 
@@ -135,7 +119,7 @@ void SliceFile(std::string_view bytes, const gpuslice::shim::Config& config) {
     gpuslice::shim::InitRobustMutex(&region.lock);
     std::memcpy(file.data(), static_cast<const void*>(&region), sizeof region);
   }
-  const std::string path = Scratch() + "/slice-fuzz";
+  const std::string path = Scratch("gpuslice_fuzz_shim") + "/slice-fuzz";
   unlink(path.c_str());
   {
     std::ofstream out(path, std::ios::binary);
@@ -158,7 +142,7 @@ void SliceFile(std::string_view bytes, const gpuslice::shim::Config& config) {
 
   // The interposer's side: a process of this slice joins, allocates and leaves.
   gpuslice::shim::Config joining = config;
-  joining.shm_dir = Scratch();
+  joining.shm_dir = Scratch("gpuslice_fuzz_shim");
   joining.slice_id = "fuzz";
   gpuslice::shim::Accounting accounting;
   std::string error;
@@ -209,7 +193,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // The limits file is the harness's own (a fuzzed path could name a file that never ends).
   environment.erase("GPUSLICE_LIMITS_FILE");
   if (!parts[1].empty()) {
-    const std::string limits = Scratch() + "/limits";
+    const std::string limits = Scratch("gpuslice_fuzz_shim") + "/limits";
     std::ofstream out(limits, std::ios::binary);
     out.write(parts[1].data(), static_cast<std::streamsize>(parts[1].size()));
     out.close();

@@ -23,12 +23,15 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "fuzz_util.h"
 #include "gpuslice/alloc/service.h"
 #include "gpuslice/hw/catalog.h"
 #include "gpuslice/place/cluster.h"
 #include "gpuslice/store/database.h"
 
 namespace {
+
+using gpuslice::fuzz::Node;
 
 using gpuslice::store::Value;
 
@@ -131,23 +134,6 @@ void Insert(gpuslice::store::Database& db, std::string_view record) {
   (void)db.Exec(sql, row);  // a row the schema refuses is left out
 }
 
-gpuslice::place::NodeSpec Node(const std::string& name, gpuslice::place::GpuMode mode, int gpus,
-                               const std::string& model) {
-  gpuslice::place::NodeSpec spec;
-  spec.name = name;
-  spec.model = model;
-  spec.cpu_milli = 64000;
-  spec.memory_mib = 262144;
-  spec.gpus = gpus;
-  spec.mode = mode;
-  if (mode == gpuslice::place::GpuMode::kMig) {
-    spec.hardware = gpuslice::hw::Catalog::Builtin().Find(model);
-  } else if (mode == gpuslice::place::GpuMode::kShared) {
-    spec.gpu_memory_mib = 24576;
-  }
-  return spec;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -164,8 +150,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     at = end + 1;
   }
   using gpuslice::place::GpuMode;
-  absl::StatusOr<gpuslice::place::Cluster> inventory = gpuslice::place::Cluster::Create(
-      {Node("n1", GpuMode::kMig, 2, "A100-80GB"), Node("s1", GpuMode::kShared, 2, "L40S")});
+  absl::StatusOr<gpuslice::place::Cluster> inventory =
+      gpuslice::place::Cluster::Create({Node("n1", GpuMode::kMig, 2, "A100-80GB", 24576),
+                                        Node("s1", GpuMode::kShared, 2, "L40S", 24576)});
   if (!inventory.ok()) std::abort();
   gpuslice::alloc::ServiceOptions options;
   options.clock = [] { return std::int64_t{1700000100}; };
