@@ -9,7 +9,8 @@ LaunchDecision DecideLaunch(const LaunchInput& in, LaunchState* state) {
   const std::uint64_t now = in.now_ns;
   const std::uint64_t cost = in.cost_ns;
   const std::uint64_t length = in.window_end_ns - in.window_start_ns;
-  const std::uint64_t extended_end = in.window_end_ns + in.extension_ns;
+  const std::uint64_t extended_end =
+      in.window_end_ns + in.extension_ns - std::min(in.shortening_ns, length / 2);
   std::uint64_t period_start = now - now % in.period_ns;
   std::uint64_t phase = now - period_start;
   if (phase < in.window_start_ns && phase + in.period_ns < extended_end) {
@@ -48,10 +49,13 @@ LaunchDecision DecideLaunch(const LaunchInput& in, LaunchState* state) {
   }
   if (decision.wait_until_ns != 0) return decision;
 
+  // Work of other slices, or of the slice's other processes, predicted to run past this
+  // process's own queue: the launch starts after it and is timed with it.
+  const std::uint64_t ahead = std::max(in.others.busy, in.slice.busy);
   std::uint64_t queue_end = queue + cost;
-  if (in.others.busy > queue) {
+  if (ahead > queue) {
     decision.contended = true;
-    queue_end = in.others.busy + cost;  // it starts after their work
+    queue_end = ahead + cost;  // it starts after their work
   }
   decision.publish.busy = queue_end;
   if (paid_until > paid_before) decision.publish.paid_until = paid_until;
@@ -60,6 +64,25 @@ LaunchDecision DecideLaunch(const LaunchInput& in, LaunchState* state) {
   state->queue_end_ns = queue_end;
   state->paid_until_ns = paid_until;
   return decision;
+}
+
+namespace {
+
+// The window time in [0, t).
+std::uint64_t WindowTimeBefore(std::uint64_t t, std::uint64_t period, std::uint64_t start,
+                               std::uint64_t end) {
+  const std::uint64_t phase = t % period;
+  const std::uint64_t in_period = phase <= start ? 0 : std::min(phase, end) - start;
+  return t / period * (end - start) + in_period;
+}
+
+}  // namespace
+
+std::uint64_t EntitledNs(std::uint64_t from_ns, std::uint64_t to_ns, std::uint64_t period_ns,
+                         std::uint64_t window_start_ns, std::uint64_t window_end_ns) {
+  if (to_ns <= from_ns || period_ns == 0 || window_end_ns <= window_start_ns) return 0;
+  return WindowTimeBefore(to_ns, period_ns, window_start_ns, window_end_ns) -
+         WindowTimeBefore(from_ns, period_ns, window_start_ns, window_end_ns);
 }
 
 }  // namespace gpuslice::shim

@@ -5,7 +5,10 @@
 // The rules, for a launch predicted to take `cost_ns` of GPU time:
 //   * Each period of kSchedulePeriodNs, the slice may launch in its window [window_start,
 //     window_end) and in the feedback's extension past it (`extension_ns`); the extension of the
-//     period's last window runs on into the next period.
+//     period's last window runs on into the next period. A slice that ran past its share has its
+//     window's end brought forward instead (`shortening_ns`, at most half the window): the
+//     middle rule alone lets a window that holds a whole number of kernels and a half take one
+//     more every time.
 //   * Inside the window a launch is made while its predicted middle (after the work the slice
 //     already enqueued) falls before the end of the window plus extension: what the last launch
 //     runs past the end is, on average, what waiting would have left unused.
@@ -20,8 +23,10 @@
 //     when the slice has nothing enqueued, and the slice then skips windows until its share has
 //     paid for it (`paid_until_ns`); the middle rule would let it take up to twice its window.
 //     The wait holds all the slice's processes (published: `slice.paid_until`).
-//   * A launch that still meets other slices' enqueued work is `contended`: it is predicted to
-//     start after that work, and its measured time is not to be trusted beyond its estimate.
+//   * A launch that still meets other slices' enqueued work, or work of the slice's other
+//     processes, is `contended`: it is predicted to start after that work, and its measured time
+//     is not to be trusted beyond its estimate (the GPU runs one context at a time, so the
+//     events around it also time the work queued before it).
 //   * Launching publishes when its work is predicted to end (`busy`) and, inside the window, the
 //     overrun others wait for: no later than the window's end plus half the launch's cost.
 #pragma once
@@ -51,11 +56,13 @@ struct LaunchInput {
   std::uint64_t period_ns = 0;
   std::uint64_t window_start_ns = 0;  // offsets in the period
   std::uint64_t window_end_ns = 0;
-  std::uint64_t extension_ns = 0;  // the feedback's, past window_end_ns
-  std::uint64_t cost_ns = 0;       // the launch's estimated GPU time
-  std::uint64_t share_milli = 0;   // 1..1000
-  WorkEnds others;                 // the latest the other slices published
-  WorkEnds slice;                  // what this slice's processes published (paid_until is read)
+  std::uint64_t extension_ns = 0;   // the feedback's, past window_end_ns
+  std::uint64_t shortening_ns = 0;  // the feedback's, before window_end_ns (at most half the
+                                    // window; 0 when extension_ns is not)
+  std::uint64_t cost_ns = 0;        // the launch's estimated GPU time
+  std::uint64_t share_milli = 0;    // 1..1000
+  WorkEnds others;                  // the latest the other slices published
+  WorkEnds slice;                   // what this slice's processes published (busy, paid_until)
 };
 
 struct LaunchDecision {
@@ -67,5 +74,12 @@ struct LaunchDecision {
 
 // Launching now updates `state`; waiting leaves it as it was.
 LaunchDecision DecideLaunch(const LaunchInput& in, LaunchState* state);
+
+// The time in [from_ns, to_ns) that falls in the slice's windows [window_start_ns, window_end_ns)
+// of every period: what its share entitles it to over that span (the feedback's target). Over
+// whole periods it is the share times the span; over a span that starts or ends inside a period
+// it counts only the window time the span holds.
+std::uint64_t EntitledNs(std::uint64_t from_ns, std::uint64_t to_ns, std::uint64_t period_ns,
+                         std::uint64_t window_start_ns, std::uint64_t window_end_ns);
 
 }  // namespace gpuslice::shim

@@ -34,7 +34,28 @@ std::uint64_t MonotonicNs() {
          static_cast<std::uint64_t>(now.tv_nsec);
 }
 
-void Throttle::Configure(Accounting* accounting, bool limit, bool time, std::string shm_dir) {
+namespace {
+
+class Monotonic final : public Clock {
+ public:
+  std::uint64_t NowNs() override { return MonotonicNs(); }
+  void SleepUntilNs(std::uint64_t ns) override {
+    timespec until{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) != 0) {
+    }
+  }
+};
+
+}  // namespace
+
+Clock& MonotonicClock() {
+  static Monotonic* clock = new Monotonic();
+  return *clock;
+}
+
+void Throttle::Configure(Accounting* accounting, bool limit, bool time, std::string shm_dir,
+                         Clock* clock) {
+  clock_ = clock != nullptr ? clock : &MonotonicClock();
   accounting_ = accounting;
   limit_ = limit;
   time_ = time || limit;
@@ -166,7 +187,7 @@ Throttle::Ticket Throttle::Before(cuda::CUstream stream, bool per_thread, const 
     const std::uint64_t share = static_cast<std::uint64_t>(accounting_->ShareMilli());
     const auto cost = static_cast<std::uint64_t>(estimate > 0 ? estimate : 0);
     std::uint64_t waited = 0;
-    std::uint64_t now = MonotonicNs();
+    std::uint64_t now = clock_->NowNs();
     schedule_.Sweep(now);
     // Turns (launch_window.h): inside the slice's window, after the other slices' overrun.
     LaunchDecision decision;
@@ -182,7 +203,9 @@ Throttle::Ticket Throttle::Before(cuda::CUstream stream, bool per_thread, const 
       in.period_ns = kSchedulePeriodNs;
       schedule_.Window(&in.window_start_ns, &in.window_end_ns);
       in.slice = schedule_.Own();
-      in.extension_ns = Extension(now, in.window_end_ns - in.window_start_ns);
+      const std::int64_t adjust = Feedback(now, in.window_start_ns, in.window_end_ns);
+      in.extension_ns = adjust > 0 ? static_cast<std::uint64_t>(adjust) : 0;
+      in.shortening_ns = adjust < 0 ? static_cast<std::uint64_t>(-adjust) : 0;
       in.cost_ns = cost;
       in.share_milli = share;
       in.others = schedule_.Others();
@@ -195,15 +218,11 @@ Throttle::Ticket Throttle::Before(cuda::CUstream stream, bool per_thread, const 
           break;
         }
         launch_ = before;  // another process of the slice made its long launch first
-        now = MonotonicNs();
+        now = clock_->NowNs();
         continue;
       }
-      const std::uint64_t next = decision.wait_until_ns;
-      timespec until{static_cast<time_t>(next / 1'000'000'000),
-                     static_cast<long>(next % 1'000'000'000)};
-      while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) != 0) {
-      }
-      const std::uint64_t woke = MonotonicNs();
+      clock_->SleepUntilNs(decision.wait_until_ns);
+      const std::uint64_t woke = clock_->NowNs();
       waited += woke - now;
       now = woke;
       {
@@ -259,23 +278,28 @@ void Throttle::ForgetContext(cuda::CUcontext context) {
   free_events_.erase(context);  // destroyed with the context
 }
 
-std::uint64_t Throttle::Extension(std::uint64_t now, std::uint64_t window_length) {
+std::int64_t Throttle::Feedback(std::uint64_t now, std::uint64_t window_start,
+                                std::uint64_t window_end) {
   const std::uint64_t kernel_ns = accounting_->KernelNs();
   if (history_.empty() || now - history_.back().first >= 50'000'000) {
     history_.emplace_back(now, kernel_ns);
   }
   while (history_.size() > 2 && now - history_[1].first >= 1'000'000'000) history_.pop_front();
   const auto [then, then_ns] = history_.front();
-  const std::uint64_t elapsed = now - then;
-  if (elapsed < 200'000'000) return 0;  // too little to judge
+  if (now - then < 200'000'000) return 0;  // too little to judge
+  // Work enqueued but not finished counts as used: it will be, by the time the queue drains, and
+  // the share is judged up to then. The target is the window time in that span (EntitledNs), not
+  // the share times its length: a span that starts or ends inside a period holds more or less
+  // of the slice's windows than its share, and judged that way a slice whose windows hold a
+  // whole number of kernels less than its share never made up the rest (0.24 for 0.25 with
+  // 1 ms kernels in 12.5 ms windows, on virtual time).
+  const std::uint64_t horizon = std::max(launch_.queue_end_ns, now);
   const std::uint64_t target =
-      elapsed / 1000 * static_cast<std::uint64_t>(accounting_->ShareMilli());
-  // Work enqueued but not finished counts as used: it will be.
-  const std::uint64_t used =
-      kernel_ns - then_ns + (launch_.queue_end_ns > now ? launch_.queue_end_ns - now : 0);
-  if (used >= target) return 0;
-  const std::uint64_t deficit = target - used;
-  return deficit < window_length / 2 ? deficit : window_length / 2;
+      EntitledNs(then, horizon, kSchedulePeriodNs, window_start, window_end);
+  const std::uint64_t used = kernel_ns - then_ns + (horizon - now);
+  const auto most = static_cast<std::int64_t>((window_end - window_start) / 2);
+  const std::int64_t deficit = static_cast<std::int64_t>(target) - static_cast<std::int64_t>(used);
+  return std::clamp(deficit, -most, most);
 }
 
 bool Throttle::JoinSchedule(const char* gpu_uuid, const char* slice_id, std::string* error) {

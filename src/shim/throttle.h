@@ -8,15 +8,16 @@
 // before the window does, after the other slices' overrun into the window, and past the window
 // only while no other slice has launched since. A start and an end event around each launch
 // measure what it really took once it completes, which corrects the estimates, and the slice's
-// measured GPU time over the last second is compared with its share: what it fell short by (a
-// late wake-up, a busy CPU) lets it run on past the window's end by as much, up to half a window.
-// That is the feedback loop that holds the share. A launch that met other slices' work is timed
-// with theirs, so no more than its estimate is taken from it. A launch longer than the whole
-// window runs at the window's start and the slice then skips windows until its share has paid for
-// it. With the `borrow` policy a slice also launches outside its window while no other slice on
-// the GPU has launched in the last 200 ms. Launches on a stream being captured into a graph are
-// passed on untouched (the graph's launch is what runs). In measuring mode launches are timed and
-// never held back.
+// measured GPU time over the last second (with what it has enqueued) is compared with the window
+// time of that span: what it fell short by (a late wake-up, a busy CPU) lets it run on past the
+// window's end by as much, and what it ran over ends its window that much earlier, up to half a
+// window either way. That is the feedback loop that holds the share. A launch that met other
+// slices' work is timed with theirs, so no more than its estimate is taken from it. A launch longer
+// than the whole window runs at the window's start and the slice then skips windows until its share
+// has paid for it. With the `borrow` policy a slice also launches outside its window while no other
+// slice on the GPU has launched in the last 200 ms. Launches on a stream being captured into a
+// graph are passed on untouched (the graph's launch is what runs). In measuring mode launches are
+// timed and never held back.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "accounting.h"
+#include "clock.h"
 #include "cuda_api.h"
 #include "launch_window.h"
 #include "schedule.h"
@@ -36,8 +38,9 @@ namespace gpuslice::shim {
 class Throttle {
  public:
   // `limit`: hold launches to the slice's share; `time`: measure launches (true when limiting or
-  // measuring).
-  void Configure(Accounting* accounting, bool limit, bool time, std::string shm_dir);
+  // measuring). `clock`: the time launches are held to (nullptr: CLOCK_MONOTONIC).
+  void Configure(Accounting* accounting, bool limit, bool time, std::string shm_dir,
+                 Clock* clock = nullptr);
   // Takes the slice's place in its GPU's schedule (when limiting), once the GPU is known.
   bool JoinSchedule(const char* gpu_uuid, const char* slice_id, std::string* error);
   bool Timing() const { return time_; }
@@ -78,6 +81,7 @@ class Throttle {
     bool contended;
   };
 
+  Clock* clock_ = &MonotonicClock();
   Accounting* accounting_ = nullptr;
   bool limit_ = false;
   bool time_ = false;
@@ -96,9 +100,10 @@ class Throttle {
   Schedule schedule_;
   LaunchState launch_;
   // The slice's measured GPU time (time, kernel_ns) every 50 ms over the last second: what the
-  // share fell short by extends the window (Extension).
+  // share fell short by extends the window, what it ran over shortens it (Feedback: positive to
+  // extend, negative to shorten, at most half the window either way).
   std::deque<std::pair<std::uint64_t, std::uint64_t>> history_;
-  std::uint64_t Extension(std::uint64_t now, std::uint64_t window_length);
+  std::int64_t Feedback(std::uint64_t now, std::uint64_t window_start, std::uint64_t window_end);
 };
 
 std::uint64_t MonotonicNs();

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace gpuslice::shim {
@@ -209,6 +210,86 @@ TEST(LaunchWindowTest, ALongLaunchOfOneProcessHoldsTheSlicesOthers) {
   const LaunchDecision later = DecideLaunch(in, &first);
   EXPECT_EQ(later.wait_until_ns, 0u);
   EXPECT_EQ(later.publish.paid_until, 0u);
+}
+
+// A slice that ran past its share has its window's end brought forward: at 11 ms with 1 ms
+// enqueued, a 1 ms launch (middle 12.5 ms) is made in a 12.5 ms window, not in one shortened by
+// 0.5 ms; the shortening is at most half the window.
+TEST(LaunchWindowTest, RunningPastTheShareEndsTheWindowEarlier) {
+  LaunchState state;
+  state.queue_end_ns = kBase + 12 * kMs;
+  LaunchInput in = SliceA(kBase + 11 * kMs, 1 * kMs);
+  LaunchState copy = state;
+  EXPECT_EQ(DecideLaunch(in, &copy).wait_until_ns, 0u);
+  in.shortening_ns = 500 * kUs;
+  copy = state;
+  EXPECT_EQ(DecideLaunch(in, &copy).wait_until_ns, kBase + kPeriod);
+  // A shortening of the whole window counts as half of it: a launch at 5 ms is still made.
+  LaunchState empty;
+  LaunchInput early = SliceA(kBase + 5 * kMs, 1 * kMs);
+  early.shortening_ns = 12'500 * kUs;
+  EXPECT_EQ(DecideLaunch(early, &empty).wait_until_ns, 0u);
+  LaunchState empty_too;
+  LaunchInput late = SliceA(kBase + 6'500 * kUs, 1 * kMs);
+  late.shortening_ns = 12'500 * kUs;
+  EXPECT_EQ(DecideLaunch(late, &empty_too).wait_until_ns, kBase + kPeriod);
+}
+
+// Work another process of the same slice enqueued runs first: the launch is predicted after it
+// and timed with it (contended), as for other slices' work.
+TEST(LaunchWindowTest, TheSlicesOtherProcessesWorkMakesALaunchContended) {
+  LaunchState state;
+  LaunchInput in = SliceA(kBase + 1 * kMs, 1 * kMs);
+  in.slice.busy = kBase + 4 * kMs;
+  const LaunchDecision d = DecideLaunch(in, &state);
+  ASSERT_EQ(d.wait_until_ns, 0u);
+  EXPECT_TRUE(d.contended);
+  EXPECT_EQ(d.publish.busy, kBase + 5 * kMs);
+  EXPECT_EQ(state.queue_end_ns, kBase + 5 * kMs);
+  // Its own earlier work (published by itself) is not another's.
+  LaunchInput again = SliceA(kBase + 2 * kMs, 1 * kMs);
+  again.slice.busy = state.queue_end_ns;
+  EXPECT_FALSE(DecideLaunch(again, &state).contended);
+}
+
+// The window time a span holds, computed here by walking the span nanosecond-exactly period by
+// period (independently of EntitledNs's arithmetic).
+std::uint64_t WalkWindows(std::uint64_t from, std::uint64_t to, std::uint64_t period,
+                          std::uint64_t start, std::uint64_t end) {
+  std::uint64_t total = 0;
+  for (std::uint64_t base = from - from % period; base < to; base += period) {
+    const std::uint64_t lo = std::max(from, base + start);
+    const std::uint64_t hi = std::min(to, base + end);
+    if (hi > lo) total += hi - lo;
+  }
+  return total;
+}
+
+TEST(LaunchWindowTest, EntitledTimeIsTheWindowTimeTheSpanHolds) {
+  const std::uint64_t start = 12'500 * kUs;
+  const std::uint64_t end = kPeriod;
+  // Whole periods: the share times the span, wherever they start.
+  EXPECT_EQ(EntitledNs(kBase, kBase + 20 * kPeriod, kPeriod, start, end), 20 * 37'500 * kUs);
+  EXPECT_EQ(EntitledNs(kBase + 7 * kMs, kBase + 7 * kMs + 20 * kPeriod, kPeriod, start, end),
+            20 * 37'500 * kUs);
+  // Inside one window, before it, across the period's end.
+  EXPECT_EQ(EntitledNs(kBase + 20 * kMs, kBase + 30 * kMs, kPeriod, start, end), 10 * kMs);
+  EXPECT_EQ(EntitledNs(kBase + 1 * kMs, kBase + 12 * kMs, kPeriod, start, end), 0u);
+  EXPECT_EQ(EntitledNs(kBase + 45 * kMs, kBase + kPeriod + 15 * kMs, kPeriod, start, end),
+            5 * kMs + 2'500 * kUs);
+  EXPECT_EQ(EntitledNs(kBase + 5 * kMs, kBase + 5 * kMs, kPeriod, start, end), 0u);
+  // Spans that start and end anywhere, against the walk.
+  std::uint64_t x = 12345;
+  for (int i = 0; i < 2000; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    const std::uint64_t from = kBase + (x >> 20) % (7 * kPeriod);
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    const std::uint64_t to = from + (x >> 20) % (30 * kPeriod);
+    const std::uint64_t a = (x >> 7) % kPeriod;
+    const std::uint64_t b = a + 1 + (x >> 40) % (kPeriod - a);
+    ASSERT_EQ(EntitledNs(from, to, kPeriod, a, b), WalkWindows(from, to, kPeriod, a, b))
+        << from << " " << to << " [" << a << ", " << b << ")";
+  }
 }
 
 }  // namespace

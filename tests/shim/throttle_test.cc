@@ -1,9 +1,16 @@
-// Compute shares (docs/SHIM.md): libgpuslice-cuda.so preloaded into tests/shim/cuda_probe over
-// the test CUDA library, whose kernels take turns on one engine shared by every process naming
-// the same FAKE_CUDA_ENGINE file, like time-sliced work on one GPU. Probes launch 1 ms kernels
+// Compute shares on the wall clock (docs/SHIM.md): smoke tests, one per behaviour, of the real
+// interposer (libgpuslice-cuda.so preloaded into tests/shim/cuda_probe) over the test CUDA
+// library, whose kernels take turns on one engine shared by every process naming the same
+// FAKE_CUDA_ENGINE file, like time-sliced work on one GPU. Probes launch 1 ms kernels
 // (`launch --kernel work --arg 1000000`, one iteration = 1 ns on the test library) back to back for
-// 4 s; work_per_window[i]/1e9 is then the share of the GPU a probe got in second i. Windows 1-3
-// (the full ones after the first) must be within 0.05 of the slice's share.
+// 4 s; work_per_window[i]/1e9 is then the share of the GPU a probe got in second i (a kernel is
+// counted in the second it completes, so a second can show one kernel more than it held).
+//
+// The shares themselves are judged exactly on virtual time (schedule_virtual_test.cc). Here the
+// clock is this machine's, shared with whatever else runs: the bounds are wide enough for a loaded
+// 2-core machine (a host stalled for tens of milliseconds loses that much of a window), and each
+// test runs once; a miss is a failure. They still fail when the throttle does nothing (the
+// shares would be 0.5) or holds a slice to the wrong share.
 //
 // First, baselines without the interposer: one probe alone gets the whole engine on every launch
 // path, two probes split it. Timing tests: they run alone (RUN_SERIAL).
@@ -104,7 +111,7 @@ TEST(ComputeShareBaseline, TwoProcessesShareOneEngine) {
 }
 
 constexpr int kSeconds = 4;
-constexpr double kTolerance = 0.05;
+constexpr double kTolerance = 0.1;
 
 std::vector<std::string> LaunchArgs(const std::string& path = "kernel") {
   return {"launch", "--kernel", "work", "--arg", "1000000", "--seconds", std::to_string(kSeconds),
@@ -162,14 +169,6 @@ void ExpectShare(const Outcome& run, double share, const std::string& what) {
   ExpectShares(run, share - kTolerance, share + kTolerance, what);
 }
 
-// Whether every full window of a run is within the tolerance of `share`.
-bool WithinShare(const Outcome& run, double share) {
-  const std::optional<std::vector<double>> shares = TryShares(run);
-  return run.exit_code == 0 && shares &&
-         std::all_of(shares->begin(), shares->end(),
-                     [share](double got) { return std::abs(got - share) <= kTolerance; });
-}
-
 // The share of the engine the kernels of a trace got in full 1-s windows after the first, counted
 // from the trace's first kernel (the processes of a slice start at slightly different times, so
 // their own windows do not line up). The last window a probe runs may be cut short: not counted.
@@ -212,28 +211,13 @@ class ComputeShareTest : public ::testing::Test {
   }
 
   // Two strict slices "a" and "b" run together; each must be within the tolerance of its share in
-  // every full window. Their shares add up to the whole engine: time one loses to a stalled host
-  // (a probe not scheduled for tens of milliseconds on a loaded machine) cannot be made up
-  // without taking it from the other, so one window can miss by that stall. A pair outside the
-  // tolerance is run once more, and the second run is judged; a throttle that misses misses both
-  // times.
+  // every full window.
   void ExpectPairShares(const std::vector<std::string>& args_a, int a,
                         const std::vector<std::string>& args_b, int b) {
-    constexpr int kAttempts = 2;
-    for (int attempt = 1; attempt <= kAttempts; ++attempt) {
-      const std::vector<Outcome> runs =
-          RunTogether({{args_a, Share("a", a)}, {args_b, Share("b", b)}});
-      const bool within = WithinShare(runs[0], a / 1000.0) && WithinShare(runs[1], b / 1000.0);
-      if (within || attempt == kAttempts) {
-        ExpectShare(runs[0], a / 1000.0, "slice a, share " + std::to_string(a));
-        ExpectShare(runs[1], b / 1000.0, "slice b, share " + std::to_string(b));
-        return;
-      }
-      std::cout << "attempt " << attempt << " outside the tolerance (a: "
-                << Show(TryShares(runs[0]).value_or(std::vector<double>{}))
-                << "b: " << Show(TryShares(runs[1]).value_or(std::vector<double>{}))
-                << "); running the pair again\n";
-    }
+    const std::vector<Outcome> runs =
+        RunTogether({{args_a, Share("a", a)}, {args_b, Share("b", b)}});
+    ExpectShare(runs[0], a / 1000.0, "slice a, share " + std::to_string(a));
+    ExpectShare(runs[1], b / 1000.0, "slice b, share " + std::to_string(b));
   }
 
   // Two processes of one strict 250 slice run together; in each full window of the engine's
@@ -277,8 +261,7 @@ TEST_P(ComputeShareTwoSlicesTest, EachGetsItsShare) {
   ExpectPairShares(LaunchArgs(), a, LaunchArgs(), b);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shares, ComputeShareTwoSlicesTest,
-                         ::testing::Values(std::pair{250, 750}, std::pair{100, 900}),
+INSTANTIATE_TEST_SUITE_P(Shares, ComputeShareTwoSlicesTest, ::testing::Values(std::pair{250, 750}),
                          [](const ::testing::TestParamInfo<std::pair<int, int>>& param_info) {
                            return std::to_string(param_info.param.first) + "_" +
                                   std::to_string(param_info.param.second);
@@ -310,52 +293,28 @@ TEST_F(ComputeShareTest, ASliceThatWaitsForEachKernelGetsItsShare) {
 
 // What a slice records as its GPU time (the feedback's measure, and gpuslice_slice_kernel_seconds)
 // is the time its kernels ran on the engine (the test library's trace), not the time they waited
-// behind the other slice's. Each launch is timed from an event recorded just before it, so the
-// host's delay between the two calls counts too, and a launch that met the other slice's work is
-// counted at its estimate: together 0.1-1.6% over on this 2-vCPU machine, idle or with two busy
-// loops beside the test. Waiting behind the other slice's kernels made it 5-10%. A run outside the
-// bounds is run once more and the second is judged, as for the shares.
+// behind the other slice's: exactly so on virtual time; here the host's delay between an event and
+// its launch counts too (0.1-1.6% over on this 2-vCPU machine, idle or loaded), while waiting
+// behind the other slice's kernels made it 5-10%.
 TEST_F(ComputeShareTest, ASliceIsChargedOnlyForTheTimeItsKernelsRan) {
-  constexpr double kLow = 0.97;
-  constexpr double kHigh = 1.03;
   auto traced = [this](const std::string& slice, int milli) {
     std::map<std::string, std::string> env = Share(slice, milli);
     env["FAKE_CUDA_TRACE"] = dir_ / ("trace-" + slice);
     return env;
   };
-  constexpr int kAttempts = 2;
-  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
-    // New slices each attempt: a slice's recorded time is kept across its processes.
-    const std::string a = "a" + std::to_string(attempt);
-    const std::string b = "b" + std::to_string(attempt);
-    RunTogether({{KernelsOf1500us(1), traced(a, 250)}, {KernelsOf1500us(1), traced(b, 750)}});
-    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> charged_and_ran;
-    bool within = true;
-    for (const std::string& slice : {a, b}) {
-      std::uint64_t ran_ns = 0;
-      for (const Trace& t : ReadTrace(dir_ / ("trace-" + slice))) {
-        ran_ns += t.end - t.start;
-      }
-      const absl::StatusOr<SliceSnapshot> snapshot = ReadSlice(SlicePath(dir_ / "shm", slice));
-      ASSERT_TRUE(snapshot.ok()) << snapshot.status();
-      ASSERT_GT(ran_ns, 500'000'000u) << slice;
-      charged_and_ran[slice] = {snapshot->kernel_ns, ran_ns};
-      const double charged = static_cast<double>(snapshot->kernel_ns) / static_cast<double>(ran_ns);
-      std::cout << "attempt " << attempt << ", slice " << slice << ": charged / ran = " << charged
-                << "\n";
-      within = within && charged > kLow && charged < kHigh;
-    }
-    if (within || attempt == kAttempts) {
-      for (const auto& [slice, counts] : charged_and_ran) {
-        const auto [charged_ns, ran_ns] = counts;
-        const double charged = static_cast<double>(charged_ns) / static_cast<double>(ran_ns);
-        EXPECT_GT(charged, kLow) << slice << ": " << charged_ns << " ns charged, " << ran_ns
-                                 << " ns ran";
-        EXPECT_LT(charged, kHigh) << slice << ": " << charged_ns << " ns charged, " << ran_ns
-                                  << " ns ran";
-      }
-      return;
-    }
+  RunTogether({{KernelsOf1500us(1), traced("a", 250)}, {KernelsOf1500us(1), traced("b", 750)}});
+  for (const std::string slice : {"a", "b"}) {
+    std::uint64_t ran_ns = 0;
+    for (const Trace& t : ReadTrace(dir_ / ("trace-" + slice))) ran_ns += t.end - t.start;
+    const absl::StatusOr<SliceSnapshot> snapshot = ReadSlice(SlicePath(dir_ / "shm", slice));
+    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+    ASSERT_GT(ran_ns, 500'000'000u) << slice;
+    const double charged = static_cast<double>(snapshot->kernel_ns) / static_cast<double>(ran_ns);
+    std::cout << "slice " << slice << ": charged / ran = " << charged << "\n";
+    EXPECT_GT(charged, 0.97) << slice << ": " << snapshot->kernel_ns << " ns charged, " << ran_ns
+                             << " ns ran";
+    EXPECT_LT(charged, 1.04) << slice << ": " << snapshot->kernel_ns << " ns charged, " << ran_ns
+                             << " ns ran";
   }
 }
 
@@ -400,18 +359,17 @@ TEST_F(ComputeShareTest, TheProcessesOfAStrictSliceTogetherKeepToItsShare) {
 
 // The wait after a long launch holds all the slice's processes, and one at a time starts one:
 // each paying only for its own, two processes got 0.44-0.46. 20 ms kernels make a window's share
-// move in steps of 0.02, and a process's first kernel, timed behind its sibling's, starts it with
-// an estimate up to twice too long, which takes a second to settle (0.20-0.26 seen in the first
-// judged window): the bounds are wider than the tolerance.
+// move in steps of 0.02.
 TEST_F(ComputeShareTest, TheProcessesOfAStrictSliceKeepLongKernelsToItsShare) {
   ExpectSliceOfTwoProcesses({"launch", "--kernel", "work", "--arg", "20000000", "--seconds",
                              std::to_string(kSeconds), "--in-flight", "1"},
-                            0.15, 0.30, "20 ms kernels");
+                            0.25 - kTolerance, 0.25 + kTolerance, "20 ms kernels");
 }
 
 TEST_F(ComputeShareTest, ABorrowingSliceAloneUsesTheIdleEngine) {
   const Outcome run = RunProbe(LaunchArgs(), Share("alone", 250, "borrow"), 120000);
-  ExpectShares(run, 0.6, 1.0, "borrow 250 alone");
+  // Up to one 1 ms kernel over a whole second: counted in the second it completes.
+  ExpectShares(run, 0.6, 1.002, "borrow 250 alone");
 }
 
 struct PathCase {
