@@ -14,13 +14,16 @@
 #   --mig              the MIG variant (A100/H100 in MIG mode, shares rounded up to profiles)
 #   --learn            gpuslice learns the request mix online instead of being given it
 #   -j N               runs in parallel (default: one per core)
+#   --gate             exit 1 when a target is missed or this harness's FGD is more than 5% off the
+#                      artefact's on a trace (CI; the figures are deterministic for given seeds)
 # Output: one table row per trace (mean unallocated GPUs at 130% arrival per policy, the artefact's
 # FGD and BestFit, the harness's deviation from them, gpuslice against FGD), then every
 # `replay <trace> <policy> unallocated_gpus=... alloc_ratio=... seeds=N` line.
-# Exit status: 0 done (a missed target is reported, not an error), 2 bad usage or input.
+# Exit status: 0 done (a missed target is reported, not an error, unless --gate), 1 a target
+# missed or FGD off the artefact with --gate, 2 bad usage or input.
 set -euo pipefail
 usage() {
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 [[ $# -ge 1 && "$1" != -* ]] || usage
@@ -34,12 +37,14 @@ fi
 traces="default,cpu050,cpu100,cpu200,gpushare40,gpushare60,gpushare100,gpuspec10,gpuspec20,gpuspec25,multigpu20,multigpu30,multigpu40"
 seeds="42-51"
 extra=()
+gate=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --traces) traces=$2; shift 2 ;;
     --seeds) seeds=$2; shift 2 ;;
     --mig | --learn) extra+=("$1"); shift ;;
     -j) extra+=(-j "$2"); shift 2 ;;
+    --gate) gate=1; shift ;;
     *) usage ;;
   esac
 done
@@ -70,7 +75,8 @@ reference=/dev/null
 [[ -n "$results" && " ${extra[*]} " != *" --mig "* ]] && reference="$results/analysis_allo_discrete.csv"
 mig=0
 [[ " ${extra[*]} " == *" --mig "* ]] && mig=1
-awk -v total=6212 -v mig="$mig" '
+status=0
+awk -v total=6212 -v mig="$mig" -v gate="$gate" '
   FILENAME == ARGV[1] {  # the artefact: mean of column "130" per (workload, policy)
     sub(/\r$/, "")
     m = split($0, f, ",")
@@ -95,6 +101,10 @@ awk -v total=6212 -v mig="$mig" '
       if (t == "openb_pod_list_default" && !mig) target = "<= 257"
       if (t == "openb_pod_list_default" && !mig) ok = (un[t, "gpuslice"] <= 257)
       else ok = (un[t, "gpuslice"] < un[t, "fgd"]) && (rf < 0 || un[t, "gpuslice"] < rf)
+      if (!ok) missed++
+      if (rf > 0 && (un[t, "fgd"] - rf) / rf > 0.05 || rf > 0 && (rf - un[t, "fgd"]) / rf > 0.05) {
+        off++; off_at = off_at " " t
+      }
       printf "%-28s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f | %8s %8s %7s %7s | %8.3f  %s %s\n", t,
              un[t, "random"], un[t, "dotprod"], un[t, "gpuclustering"], un[t, "gpupacking"], un[t, "bestfit"],
              un[t, "fgd"], un[t, "gpuslice"],
@@ -114,5 +124,9 @@ awk -v total=6212 -v mig="$mig" '
     if (devs > 0) printf "harness against the artefact, all six of its policies on these traces: mean |dev| %.1f%%, max %.1f%% (%s)\n", total_dev / devs, worst, worst_at
     print "ref_*: the FGD artefact'"'"'s cached results (10-seed mean of column 130); dev_*: this harness against them;"
     print "gs/fgd: gpuslice'"'"'s unallocated GPUs over FGD'"'"'s in the same run (lower is better)"
-  }' "$reference" "$lines"
+    if (gate && missed > 0) printf "GATE: %d target(s) missed\n", missed
+    if (gate && off > 0) printf "GATE: this harness'"'"'s FGD is more than 5%% off the artefact'"'"'s on%s\n", off_at
+    if (gate && (missed > 0 || off > 0)) exit 1
+  }' "$reference" "$lines" || status=$?
 cat "$lines"
+exit "$status"

@@ -1,6 +1,7 @@
-// Missing test dependencies (PostgreSQL, promtool, Prometheus, the test NVML library): a skip on
-// a developer's machine, a failure in CI, where scripts/setup.sh installs every one of them and a
-// skip could only hide a regression.
+// Missing test dependencies (PostgreSQL, promtool, Prometheus, the test NVML library, the data and
+// references in ../shared): a skip on a developer's machine (a fresh clone without ../shared), a
+// failure in CI, where scripts/setup.sh installs every one of them, ../shared is there, and a skip
+// could only hide a regression.
 #pragma once
 
 #include <gtest/gtest.h>

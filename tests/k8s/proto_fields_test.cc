@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "deviceplugin_v1beta1.pb.h"
 #include "podresources_v1.pb.h"
+#include "require.h"
 
 namespace gpuslice::k8s {
 namespace {
@@ -94,7 +95,7 @@ void CheckRows(const std::vector<Row>& rows, const DescriptorPool& pool,
 class ProtoFieldsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::ifstream(kReference)) GTEST_SKIP() << kReference << " is not here";
+    if (!std::ifstream(kReference)) GPUSLICE_SKIP_OR_FAIL_IN_CI(kReference << " is not here");
   }
 };
 

@@ -20,6 +20,7 @@
 
 #include "gpuslice/place/engine.h"
 #include "place/place_test_util.h"
+#include "require.h"
 
 namespace gpuslice::place {
 namespace {
@@ -611,7 +612,7 @@ TEST(Replay, Errors) {
 // The real default trace of the FGD artefact (Alibaba cluster-trace-gpu-v2023), one seed.
 TEST(Replay, AlibabaDefaultTraceAgainstTheArtefact) {
   const std::string dir = std::string(GPUSLICE_SHARED_DIR) + "/data/alibaba-gpu-v2023";
-  if (!fs::exists(dir)) GTEST_SKIP() << dir << " not found";
+  if (!fs::exists(dir)) GPUSLICE_SKIP_OR_FAIL_IN_CI(dir << " not found");
   absl::StatusOr<std::vector<NodeSpec>> nodes = ReadNodesCsv(dir + "/openb_node_list_gpu_node.csv");
   ASSERT_TRUE(nodes.ok()) << nodes.status();
   absl::StatusOr<std::vector<TracePod>> pods = ReadPodsCsv(dir + "/openb_pod_list_default.csv");

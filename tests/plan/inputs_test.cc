@@ -16,6 +16,7 @@
 #include "gpuslice/hw/catalog.h"
 #include "gpuslice/plan/model.h"
 #include "gpuslice/util/yaml_reader.h"
+#include "require.h"
 
 namespace gpuslice::plan {
 namespace {
@@ -227,7 +228,7 @@ TEST(InputsExamples, MixedFleetResolvesNames) {
 }
 
 TEST(InputsExamples, PerfCopiesMatchTheSharedData) {
-  if (!HaveSharedParva()) GTEST_SKIP() << kParva << " is not there";
+  if (!HaveSharedParva()) GPUSLICE_SKIP_OR_FAIL_IN_CI(kParva << " is not there");
   for (const char* name : {"resnet50.csv", "bert.csv"}) {
     absl::StatusOr<PerfTable> copy = ReadPerfCsv(kExamples + "/perf/" + name, "A100-80GB");
     absl::StatusOr<PerfTable> original = ReadPerfCsv(kParva + "/" + name, "A100-80GB");
@@ -272,7 +273,7 @@ TEST(InputsParva, Resnet50) {
 }
 
 TEST(InputsParva, EveryProfileParses) {
-  if (!HaveSharedParva()) GTEST_SKIP() << kParva << " is not there";
+  if (!HaveSharedParva()) GPUSLICE_SKIP_OR_FAIL_IN_CI(kParva << " is not there");
   int tables = 0;
   for (const auto& entry : std::filesystem::directory_iterator(kParva)) {
     const std::string name = entry.path().filename().string();

@@ -11,6 +11,7 @@
 #include "gpuslice/geometry/shape.h"
 #include "gpuslice/hw/catalog.h"
 #include "planner.h"
+#include "require.h"
 
 namespace gpuslice::plan {
 namespace {
@@ -203,7 +204,7 @@ PerfTable LoadParva(const std::string& model) {
 
 TEST(Plan, ParvaGpuScenarioOneFitsOnOneGpu) {
   if (!std::ifstream(std::string(GPUSLICE_SHARED_DIR) + "/data/parvagpu-a100-80gb/bert.csv")) {
-    GTEST_SKIP() << "../shared/data/parvagpu-a100-80gb is not there";
+    GPUSLICE_SKIP_OR_FAIL_IN_CI("../shared/data/parvagpu-a100-80gb is not there");
   }
   const std::map<std::string, std::pair<double, double>> scenario = {
       {"bert", {19, 6434}},        {"densenet121", {353, 183}}, {"inceptionv3", {460, 418.5}},
