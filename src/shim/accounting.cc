@@ -235,6 +235,12 @@ void Accounting::SetGpuUuid(const char* uuid) {
   Unlock();
 }
 
+void Accounting::SetContextBytes(std::uint64_t bytes) {
+  Lock();
+  region_->context_reserve_bytes = bytes;
+  Unlock();
+}
+
 void Accounting::GpuUuid(char* out, std::size_t size) {
   Lock();
   std::snprintf(out, size, "%s", region_->gpu_uuid);

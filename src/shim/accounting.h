@@ -41,6 +41,8 @@ class Accounting {
   // Sets the slice's GPU the first time a process of the slice creates a context.
   void SetGpuUuid(const char* uuid);
   void GpuUuid(char* out, std::size_t size);
+  // What the slice's latest context was counted as (its measured cost), for the slice's readers.
+  void SetContextBytes(std::uint64_t bytes);
 
   // Measured GPU time of launches, time launches were held back, launch counts.
   void RecordKernel(std::uint64_t actual_ns);

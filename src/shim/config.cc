@@ -131,6 +131,7 @@ Config LoadConfig(EnvLookup lookup) {
       !reserve.empty()) {
     if (ParseWhole(reserve, 0, 1LL << 20, &value)) {
       config.context_reserve_bytes = static_cast<std::uint64_t>(value) << 20;
+      config.context_reserve_set = true;
     } else {
       fail("GPUSLICE_CONTEXT_RESERVE_MIB", reserve, "expected a whole number of MiB");
     }

@@ -18,7 +18,11 @@ struct Config {
   int share_milli = 0;          // 1..999; 0 = no compute limit (1000 and more mean none)
   SharePolicy policy = SharePolicy::kStrict;
   std::string slice_id;
+  // What a CUDA context is counted as. Set explicitly (GPUSLICE_CONTEXT_RESERVE_MIB or the limits
+  // file's context_reserve_mib), it is what every context counts; otherwise each context counts
+  // what it was measured to take when created, and this default only where that cannot be measured.
   std::uint64_t context_reserve_bytes = 320ull << 20;
+  bool context_reserve_set = false;
   std::string shm_dir = "/dev/shm/gpuslice";
   int log_level = 1;
   std::string real_libcuda = "libcuda.so.1";

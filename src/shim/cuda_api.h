@@ -1,6 +1,6 @@
 // cuda_api.h (src/shim/, internal to the interposer and its test library)
 //
-// gpuslice's own declarations of the part of the CUDA driver API (and two NVML calls) that the
+// gpuslice's own declarations of the part of the CUDA driver API (and a few NVML calls) that the
 // interposer libgpuslice-cuda.so hooks or calls. NVIDIA's cuda.h is not needed to build gpuslice:
 // the layouts and signatures below follow the CUDA driver API reference (CUDA 12.x) for LP64 Linux.
 //
@@ -248,8 +248,15 @@ using cuEventElapsedTime_t = CUresult (*)(float* milliseconds, CUevent start, CU
 
 namespace gpuslice::cuda::nvml {
 
-// The two NVML memory queries the interposer answers for the slice.
+// The NVML calls the interposer makes: the two memory queries it answers for the slice, and
+// those it measures a new context with (the device's free memory before and after it).
 using nvmlReturn_t = int;
+inline constexpr nvmlReturn_t NVML_SUCCESS = 0;
+inline constexpr nvmlReturn_t NVML_ERROR_UNINITIALIZED = 1;
+inline constexpr nvmlReturn_t NVML_ERROR_INVALID_ARGUMENT = 2;
+inline constexpr nvmlReturn_t NVML_ERROR_NOT_FOUND = 6;
+inline constexpr nvmlReturn_t NVML_ERROR_INSUFFICIENT_SIZE = 7;
+inline constexpr unsigned int NVML_DEVICE_UUID_V2_BUFFER_SIZE = 96;
 struct nvmlDevice_st;
 using nvmlDevice_t = nvmlDevice_st*;
 struct nvmlMemory_t {
@@ -266,6 +273,9 @@ struct nvmlMemory_v2_t {
 };
 using nvmlDeviceGetMemoryInfo_t = nvmlReturn_t (*)(nvmlDevice_t device, nvmlMemory_t* memory);
 using nvmlDeviceGetMemoryInfo_v2_t = nvmlReturn_t (*)(nvmlDevice_t device, nvmlMemory_v2_t* memory);
+using nvmlInit_v2_t = nvmlReturn_t (*)(void);
+using nvmlDeviceGetHandleByUUID_t = nvmlReturn_t (*)(const char* uuid, nvmlDevice_t* device);
+using nvmlDeviceGetUUID_t = nvmlReturn_t (*)(nvmlDevice_t device, char* uuid, unsigned int length);
 
 }  // namespace gpuslice::cuda::nvml
 

@@ -9,6 +9,9 @@
 //     is asked, and an allocation that would pass the cap fails with CUDA_ERROR_OUT_OF_MEMORY
 //     without reaching the driver; a size the driver rounds (pitch, arrays) is corrected after
 //     the call, and the object is destroyed again if the rounding is what passes the cap;
+//   * each CUDA context counts what it was measured to take (NVML's free device memory just
+//     before and after its creation), or the configured reservation where that cannot be
+//     measured or is set explicitly; a context that does not fit under the cap is destroyed again;
 //   * cuMemGetInfo and NVML's memory queries answer with the slice (total = cap);
 //   * launches go through the throttle (throttle.h).
 // Not counted (docs/SHIM.md says so): the legacy v1 entry points (cuMemAlloc without _v2, 32-bit
@@ -166,6 +169,77 @@ inline void LoadOnce() {
   g_loaded.store(2, std::memory_order_release);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The real NVML: for the memory queries answered with the slice, and for measuring what a new
+// context takes.
+
+using cuda::nvml::NVML_SUCCESS;
+using cuda::nvml::nvmlDevice_t;
+using cuda::nvml::nvmlMemory_t;
+using cuda::nvml::nvmlMemory_v2_t;
+using cuda::nvml::nvmlReturn_t;
+
+struct Nvml {
+  cuda::nvml::nvmlDeviceGetMemoryInfo_t get_memory = nullptr;
+  cuda::nvml::nvmlDeviceGetMemoryInfo_v2_t get_memory_v2 = nullptr;
+  cuda::nvml::nvmlDeviceGetUUID_t get_uuid = nullptr;
+  cuda::nvml::nvmlInit_v2_t init = nullptr;
+  cuda::nvml::nvmlDeviceGetHandleByUUID_t get_handle_by_uuid = nullptr;
+};
+Nvml g_nvml;
+std::once_flag g_nvml_once;
+
+void LoadNvml() {
+  std::call_once(g_nvml_once, [] {
+    void* handle = dlopen(g_config.real_nvml.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+    if (handle == nullptr) handle = dlopen(g_config.real_nvml.c_str(), RTLD_LAZY | RTLD_LOCAL);
+    Resolve(handle, "nvmlDeviceGetMemoryInfo", &g_nvml.get_memory);
+    Resolve(handle, "nvmlDeviceGetMemoryInfo_v2", &g_nvml.get_memory_v2);
+    Resolve(handle, "nvmlDeviceGetUUID", &g_nvml.get_uuid);
+    Resolve(handle, "nvmlInit_v2", &g_nvml.init);
+    Resolve(handle, "nvmlDeviceGetHandleByUUID", &g_nvml.get_handle_by_uuid);
+    std::size_t count = 0;
+    Hook* hooks = Hooks(&count);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (std::strcmp(hooks[i].name, "nvmlDeviceGetMemoryInfo") == 0) {
+        std::memcpy(&hooks[i].real, &g_nvml.get_memory, sizeof(void*));
+      } else if (std::strcmp(hooks[i].name, "nvmlDeviceGetMemoryInfo_v2") == 0) {
+        std::memcpy(&hooks[i].real, &g_nvml.get_memory_v2, sizeof(void*));
+      }
+    }
+  });
+}
+
+// NVML loaded and initialised for measuring contexts, once per process (the reference is kept,
+// so an application's own nvmlShutdown does not end it): "" when ready, else why not.
+const std::string& NvmlForMeasuring() {
+  static const std::string why = []() -> std::string {
+    LoadNvml();
+    if (g_nvml.init == nullptr || g_nvml.get_handle_by_uuid == nullptr ||
+        g_nvml.get_memory == nullptr) {
+      return "NVML " + g_config.real_nvml + " was not found";
+    }
+    if (const nvmlReturn_t r = g_nvml.init(); r != NVML_SUCCESS) {
+      return "nvmlInit_v2 failed with " + std::to_string(r);
+    }
+    return "";
+  }();
+  return why;
+}
+
+// This process's device-memory calls (allocations, frees, contexts made and destroyed) begun
+// and ended. A context's measurement is believed only when no other such call ran meanwhile.
+std::atomic<std::uint64_t> g_memory_calls_begun{0};
+std::atomic<std::uint64_t> g_memory_calls_ended{0};
+
+class MemoryCall {
+ public:
+  MemoryCall() { g_memory_calls_begun.fetch_add(1); }
+  ~MemoryCall() { g_memory_calls_ended.fetch_add(1); }
+  MemoryCall(const MemoryCall&) = delete;
+  MemoryCall& operator=(const MemoryCall&) = delete;
+};
+
 void FlushLaunches() {
   const std::uint64_t launches = g_launches.exchange(0, std::memory_order_relaxed);
   if (launches > 0 && g_accounting.IsOpen()) g_accounting.AddLaunches(launches);
@@ -208,8 +282,13 @@ std::string LimitsSentence() {
   if (g_accounting.RegionMode() == SliceMode::kMeasure) {
     return "measuring: nothing is refused or held back";
   }
-  if (g_accounting.Cap() > 0) {
+  if (g_accounting.Cap() > 0 && g_config.context_reserve_set) {
     std::snprintf(part, sizeof part, "VRAM cap %.0f MiB (each CUDA context counted as %.0f MiB)",
+                  Mib(g_accounting.Cap()), Mib(g_config.context_reserve_bytes));
+  } else if (g_accounting.Cap() > 0) {
+    std::snprintf(part, sizeof part,
+                  "VRAM cap %.0f MiB (each CUDA context counted as what it takes, measured when "
+                  "it is made; %.0f MiB where that cannot be measured)",
                   Mib(g_accounting.Cap()), Mib(g_config.context_reserve_bytes));
   } else {
     std::snprintf(part, sizeof part, "no VRAM cap");
@@ -320,6 +399,7 @@ std::optional<Allocation> Take(std::unordered_map<std::uint64_t, Allocation>& ta
 template <typename Call>
 CUresult Free(std::unordered_map<std::uint64_t, Allocation>& table, std::uint64_t key,
               Call&& call) {
+  MemoryCall in_progress;
   const std::optional<Allocation> allocation = Take(table, key);
   const CUresult result = call();
   if (allocation.has_value()) {
@@ -336,6 +416,7 @@ CUresult Free(std::unordered_map<std::uint64_t, Allocation>& table, std::uint64_
 template <typename Call>
 CUresult Allocate(const char* what, std::unordered_map<std::uint64_t, Allocation>& table,
                   std::uint64_t bytes, Call&& call) {
+  MemoryCall in_progress;
   if (!g_accounting.Reserve(bytes, false)) {
     LogRefusal(what, bytes);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -351,12 +432,12 @@ CUresult Allocate(const char* what, std::unordered_map<std::uint64_t, Allocation
   return result;
 }
 
-// After the driver made an object counted at `counted` bytes that really takes `actual`: the
-// difference is counted or given back. False when the extra bytes pass the cap (the caller then
-// destroys the object and gives `counted` back).
-bool Correct(std::uint64_t counted, std::uint64_t actual) {
-  if (actual > counted) return g_accounting.Reserve(actual - counted, false);
-  if (actual < counted) g_accounting.Release(counted - actual, false);
+// After the driver made an object (or a context) counted at `counted` bytes that really takes
+// `actual`: the difference is counted or given back. False when the extra bytes pass the cap
+// (the caller then destroys the object and gives `counted` back).
+bool Correct(std::uint64_t counted, std::uint64_t actual, bool context = false) {
+  if (actual > counted) return g_accounting.Reserve(actual - counted, context);
+  if (actual < counted) g_accounting.Release(counted - actual, context);
   return true;
 }
 
@@ -388,35 +469,186 @@ void ForgetContext(CUcontext context) {
   g_throttle.ForgetContext(context);
 }
 
-// The slice's GPU, the first time a context is made on one.
-void NoteDevice(CUdevice device) {
-  if (g_driver.cuDeviceGetUuid == nullptr) return;
+// CUDA device `device`'s UUID as NVML and nvidia-smi write it ("GPU-xxxxxxxx-xxxx-..."), into
+// `text` (kGpuUuidSize bytes). False when the driver cannot say.
+bool DeviceUuid(CUdevice device, char* text) {
+  if (g_driver.cuDeviceGetUuid == nullptr) return false;
   CUuuid uuid{};
-  if (g_driver.cuDeviceGetUuid(&uuid, device) != CUDA_SUCCESS) return;
+  if (g_driver.cuDeviceGetUuid(&uuid, device) != CUDA_SUCCESS) return false;
   const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
-  char text[kGpuUuidSize];
-  std::snprintf(text, sizeof text,
+  std::snprintf(text, kGpuUuidSize,
                 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
                 b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
                 b[14], b[15]);
-  g_accounting.SetGpuUuid(text);
+  return true;
 }
 
-template <typename Call>
-CUresult CreateContext(CUcontext* context, CUdevice device, Call&& call) {
+// The slice's GPU, the first time a context is made on one.
+void NoteDevice(CUdevice device) {
+  char text[kGpuUuidSize];
+  if (DeviceUuid(device, text)) g_accounting.SetGpuUuid(text);
+}
+
+// ---------------------------------------------------------------------------------------------
+// What a context really takes: NVML's free memory on its device just before and just after it
+// is created. Unless GPUSLICE_CONTEXT_RESERVE_MIB is set, that is what the context counts; the
+// configured reservation is counted first, then corrected to the measured cost.
+
+constexpr std::uint64_t kMostAContextTakes = 8ull << 30;  // a larger drop is someone else's
+
+// A measurement begun: the device and its free memory before the context, and this process's
+// memory calls then. `device` is nullptr when it cannot be measured, and `why` says why.
+struct ContextMeter {
+  nvmlDevice_t device = nullptr;
+  std::uint64_t free_before = 0;
+  std::uint64_t calls_begun = 0;
+  std::uint64_t calls_ended = 0;
+  std::string why;
+};
+
+// NVML's handle of CUDA device `device`, found by its UUID (a MIG device's by "MIG-" and the
+// same digits); nullptr with *why set when NVML knows no such device.
+nvmlDevice_t NvmlDeviceOf(CUdevice device, std::string* why) {
+  char uuid[kGpuUuidSize];
+  if (!DeviceUuid(device, uuid)) {
+    *why = "cuDeviceGetUuid failed for device " + std::to_string(device);
+    return nullptr;
+  }
+  nvmlDevice_t handle = nullptr;
+  if (g_nvml.get_handle_by_uuid(uuid, &handle) == NVML_SUCCESS) return handle;
+  std::memcpy(uuid, "MIG", 3);
+  if (g_nvml.get_handle_by_uuid(uuid, &handle) == NVML_SUCCESS) return handle;
+  *why = std::string("NVML has no device ") + (uuid + 4) + " (as GPU- or MIG-)";
+  return nullptr;
+}
+
+// Called inside the context's MemoryCall, just before the driver is asked.
+ContextMeter StartMeasuring(CUdevice device) {
+  ContextMeter meter;
+  meter.why = NvmlForMeasuring();
+  if (!meter.why.empty()) return meter;
+  const nvmlDevice_t handle = NvmlDeviceOf(device, &meter.why);
+  if (handle == nullptr) return meter;
+  meter.calls_ended = g_memory_calls_ended.load();
+  meter.calls_begun = g_memory_calls_begun.load();
+  if (meter.calls_begun - meter.calls_ended != 1) {
+    meter.why = "another thread of this process was allocating or freeing device memory";
+    return meter;
+  }
+  nvmlMemory_t memory{};
+  if (const nvmlReturn_t r = g_nvml.get_memory(handle, &memory); r != NVML_SUCCESS) {
+    meter.why = "nvmlDeviceGetMemoryInfo failed with " + std::to_string(r);
+    return meter;
+  }
+  meter.device = handle;
+  meter.free_before = memory.free;
+  return meter;
+}
+
+// What the context just created took, or 0 with *why set when the figure cannot be believed.
+std::uint64_t MeasuredCost(const ContextMeter& meter, std::string* why) {
+  if (meter.device == nullptr) {
+    *why = meter.why;
+    return 0;
+  }
+  nvmlMemory_t memory{};
+  if (const nvmlReturn_t r = g_nvml.get_memory(meter.device, &memory); r != NVML_SUCCESS) {
+    *why = "nvmlDeviceGetMemoryInfo failed with " + std::to_string(r);
+    return 0;
+  }
+  if (g_memory_calls_begun.load() != meter.calls_begun ||
+      g_memory_calls_ended.load() != meter.calls_ended) {
+    *why = "another thread of this process allocated or freed device memory meanwhile";
+    return 0;
+  }
+  if (memory.free >= meter.free_before) {
+    *why = "the device's free memory did not drop";
+    return 0;
+  }
+  const std::uint64_t cost = meter.free_before - memory.free;
+  if (cost > kMostAContextTakes) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "the device's free memory dropped by %.0f MiB, more than a context takes (%.0f "
+                  "MiB): other processes' memory",
+                  Mib(cost), Mib(kMostAContextTakes));
+    *why = text;
+    return 0;
+  }
+  return cost;
+}
+
+// What a context just created counts: its measured cost, else the configured reservation (said
+// once in the log). The first measurement is said once too.
+std::uint64_t ContextCost(const ContextMeter& meter) {
+  static std::atomic<bool> said_measured{false};
+  static std::atomic<bool> said_fallback{false};
+  std::string why;
+  std::uint64_t cost = MeasuredCost(meter, &why);
+  if (cost > 0) {
+    Log(said_measured.exchange(true) ? 2 : 1,
+        "a CUDA context took %.0f MiB of device memory (NVML's free memory before and after its "
+        "creation); the slice counts it as that",
+        Mib(cost));
+  } else {
+    cost = g_config.context_reserve_bytes;
+    Log(said_fallback.exchange(true) ? 2 : 1,
+        "cannot measure what a CUDA context takes (%s); it is counted as the configured %.0f MiB "
+        "(GPUSLICE_CONTEXT_RESERVE_MIB)",
+        why.c_str(), Mib(cost));
+  }
+  g_accounting.SetContextBytes(cost);
+  return cost;
+}
+
+// The undoing of a context refused once made.
+void DestroyContext(CUcontext context) {
+  if (g_driver.cuCtxDestroy_v2 != nullptr) g_driver.cuCtxDestroy_v2(context);
+}
+void ReleasePrimaryContext(CUdevice device) {
+  if (g_driver.cuDevicePrimaryCtxRelease_v2 != nullptr) {
+    g_driver.cuDevicePrimaryCtxRelease_v2(device);
+  }
+}
+
+// What the slice may still count before its cap.
+std::uint64_t Left() {
+  const std::uint64_t used = g_accounting.Used();
+  return used < g_accounting.Cap() ? g_accounting.Cap() - used : 0;
+}
+
+// Creates a context with `call`, counting what it takes: the configured reservation before the
+// driver is asked, then, unless that was set explicitly, corrected to the measured cost. A
+// context whose cost does not fit under the cap is undone (`undo`: destroyed, or the primary
+// context released) and refused with CUDA_ERROR_OUT_OF_MEMORY.
+template <typename Call, typename Undo>
+CUresult CreateContext(CUcontext* context, CUdevice device, Call&& call, Undo&& undo) {
+  MemoryCall in_progress;
   const std::uint64_t reserve = g_config.context_reserve_bytes;
   if (!g_accounting.Reserve(reserve, true)) {
     LogRefusal("a CUDA context", reserve);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  const bool measure = !g_config.context_reserve_set;
+  const ContextMeter meter = measure ? StartMeasuring(device) : ContextMeter{};
   const CUresult result = call();
   if (result != CUDA_SUCCESS || context == nullptr) {
     g_accounting.Release(reserve, true);
     return result;
   }
+  const std::uint64_t cost = measure ? ContextCost(meter) : reserve;
+  if (!Correct(reserve, cost, true)) {
+    undo();
+    g_accounting.Release(reserve, true);
+    Log(1,
+        "refused a CUDA context: it took %.0f MiB (measured once made), more than the %.0f MiB "
+        "left of slice %s's %.0f MiB cap; the context was destroyed",
+        Mib(cost), Mib(Left()), g_config.slice_id.c_str(), Mib(g_accounting.Cap()));
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   {
     std::lock_guard<std::mutex> hold(g_tables->mutex);
-    g_tables->contexts[*context] += reserve;
+    g_tables->contexts[*context] += cost;
   }
   NoteDevice(device);
   return result;
@@ -600,26 +832,30 @@ GPUSLICE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int
 
 GPUSLICE_EXPORT CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned int flags, CUdevice device) {
   GPUSLICE_ENTER(cuCtxCreate_v2, ctx, flags, device)
-  return shim::CreateContext(ctx, device,
-                             [&] { return g_driver.cuCtxCreate_v2(ctx, flags, device); });
+  return shim::CreateContext(
+      ctx, device, [&] { return g_driver.cuCtxCreate_v2(ctx, flags, device); },
+      [&] { shim::DestroyContext(*ctx); });
 }
 
 GPUSLICE_EXPORT CUresult cuCtxCreate_v3(CUcontext* ctx, CUexecAffinityParam_st* params,
                                         int numParams, unsigned int flags, CUdevice device) {
   GPUSLICE_ENTER(cuCtxCreate_v3, ctx, params, numParams, flags, device)
   return shim::CreateContext(
-      ctx, device, [&] { return g_driver.cuCtxCreate_v3(ctx, params, numParams, flags, device); });
+      ctx, device, [&] { return g_driver.cuCtxCreate_v3(ctx, params, numParams, flags, device); },
+      [&] { shim::DestroyContext(*ctx); });
 }
 
 GPUSLICE_EXPORT CUresult cuCtxCreate_v4(CUcontext* ctx, CUctxCreateParams_st* params,
                                         unsigned int flags, CUdevice device) {
   GPUSLICE_ENTER(cuCtxCreate_v4, ctx, params, flags, device)
-  return shim::CreateContext(ctx, device,
-                             [&] { return g_driver.cuCtxCreate_v4(ctx, params, flags, device); });
+  return shim::CreateContext(
+      ctx, device, [&] { return g_driver.cuCtxCreate_v4(ctx, params, flags, device); },
+      [&] { shim::DestroyContext(*ctx); });
 }
 
 GPUSLICE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   GPUSLICE_ENTER(cuCtxDestroy_v2, ctx)
+  shim::MemoryCall in_progress;
   const CUresult result = g_driver.cuCtxDestroy_v2(ctx);
   if (result == CUDA_SUCCESS) shim::ForgetContext(ctx);
   return result;
@@ -636,8 +872,10 @@ GPUSLICE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice devic
     if (result == CUDA_SUCCESS) ++shim::g_tables->primary_refs[device];
     return result;
   }
+  // The first retain creates the primary context; a release destroys it again.
   const CUresult result = shim::CreateContext(
-      ctx, device, [&] { return g_driver.cuDevicePrimaryCtxRetain(ctx, device); });
+      ctx, device, [&] { return g_driver.cuDevicePrimaryCtxRetain(ctx, device); },
+      [&] { shim::ReleasePrimaryContext(device); });
   if (result == CUDA_SUCCESS) {
     shim::g_tables->primary[device] = *ctx;
     shim::g_tables->primary_refs[device] = 1;
@@ -651,6 +889,7 @@ GPUSLICE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
     return g_driver.cuDevicePrimaryCtxRelease_v2(device);
   }
   std::lock_guard<std::mutex> hold(shim::g_tables->primary_mutex);
+  shim::MemoryCall in_progress;
   const CUresult result = g_driver.cuDevicePrimaryCtxRelease_v2(device);
   if (result == CUDA_SUCCESS && shim::g_tables->primary_refs[device] > 0 &&
       --shim::g_tables->primary_refs[device] == 0) {
@@ -666,6 +905,7 @@ GPUSLICE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice device) {
     return g_driver.cuDevicePrimaryCtxReset_v2(device);
   }
   std::lock_guard<std::mutex> hold(shim::g_tables->primary_mutex);
+  shim::MemoryCall in_progress;
   const CUresult result = g_driver.cuDevicePrimaryCtxReset_v2(device);
   if (result == CUDA_SUCCESS && shim::g_tables->primary[device] != nullptr) {
     shim::ForgetContext(shim::g_tables->primary[device]);
@@ -719,6 +959,7 @@ GPUSLICE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitc
   // driver's own pitch.
   const std::uint64_t counted =
       (widthInBytes + 511) / 512 * 512 * static_cast<std::uint64_t>(height);
+  shim::MemoryCall in_progress;
   if (!shim::g_accounting.Reserve(counted, false)) {
     shim::LogRefusal("cuMemAllocPitch", counted);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -796,6 +1037,7 @@ template <typename Create, typename Requirement, typename Destroy>
 CUresult CreateArray(const char* what, std::unordered_map<std::uint64_t, Allocation>& table,
                      std::uint64_t counted, Create&& create, Requirement&& requirement,
                      Destroy&& destroy) {
+  MemoryCall in_progress;
   if (!g_accounting.Reserve(counted, false)) {
     LogRefusal(what, counted);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1006,39 +1248,6 @@ GPUSLICE_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int gridWidth, int grid
 
 namespace gpuslice::shim {
 namespace {
-
-using cuda::nvml::nvmlDevice_t;
-using cuda::nvml::nvmlMemory_t;
-using cuda::nvml::nvmlMemory_v2_t;
-using cuda::nvml::nvmlReturn_t;
-using NvmlGetUuid = nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned int);
-
-struct Nvml {
-  cuda::nvml::nvmlDeviceGetMemoryInfo_t get_memory = nullptr;
-  cuda::nvml::nvmlDeviceGetMemoryInfo_v2_t get_memory_v2 = nullptr;
-  NvmlGetUuid get_uuid = nullptr;
-};
-Nvml g_nvml;
-std::once_flag g_nvml_once;
-
-void LoadNvml() {
-  std::call_once(g_nvml_once, [] {
-    void* handle = dlopen(g_config.real_nvml.c_str(), RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
-    if (handle == nullptr) handle = dlopen(g_config.real_nvml.c_str(), RTLD_LAZY | RTLD_LOCAL);
-    Resolve(handle, "nvmlDeviceGetMemoryInfo", &g_nvml.get_memory);
-    Resolve(handle, "nvmlDeviceGetMemoryInfo_v2", &g_nvml.get_memory_v2);
-    Resolve(handle, "nvmlDeviceGetUUID", &g_nvml.get_uuid);
-    std::size_t count = 0;
-    Hook* hooks = Hooks(&count);
-    for (std::size_t i = 0; i < count; ++i) {
-      if (std::strcmp(hooks[i].name, "nvmlDeviceGetMemoryInfo") == 0) {
-        std::memcpy(&hooks[i].real, &g_nvml.get_memory, sizeof(void*));
-      } else if (std::strcmp(hooks[i].name, "nvmlDeviceGetMemoryInfo_v2") == 0) {
-        std::memcpy(&hooks[i].real, &g_nvml.get_memory_v2, sizeof(void*));
-      }
-    }
-  });
-}
 
 // The slice's used and cap when `device` is the slice's GPU (or the slice has no GPU yet), with
 // a cap in force.

@@ -32,8 +32,16 @@ TEST(ShimConfigTest, NothingSetIsInert) {
   EXPECT_EQ(config.cap_bytes, 0u);
   EXPECT_EQ(config.share_milli, 0);
   EXPECT_EQ(config.context_reserve_bytes, 320ull << 20);
+  EXPECT_FALSE(config.context_reserve_set) << "contexts are measured; 320 MiB is the fallback";
   EXPECT_EQ(config.shm_dir, "/dev/shm/gpuslice");
   EXPECT_EQ(config.slice_id.rfind("pid-", 0), 0u);
+}
+
+TEST(ShimConfigTest, AContextReserveSetExplicitlyIsWhatContextsCount) {
+  const Config config = Load({{"GPUSLICE_CONTEXT_RESERVE_MIB", "518"}});
+  EXPECT_TRUE(config.error.empty()) << config.error;
+  EXPECT_EQ(config.context_reserve_bytes, 518ull << 20);
+  EXPECT_TRUE(config.context_reserve_set);
 }
 
 TEST(ShimConfigTest, LeaseLimitsFromTheEnvironment) {
@@ -92,6 +100,7 @@ TEST(ShimConfigTest, FileUnderTheEnvironment) {
   EXPECT_EQ(config.share_milli, 100);
   EXPECT_EQ(config.slice_id, "team_a_1");
   EXPECT_EQ(config.context_reserve_bytes, 0u);
+  EXPECT_TRUE(config.context_reserve_set) << "set in the file: it wins over measuring";
   config = Load({{"GPUSLICE_LIMITS_FILE", path.string()}, {"GPUSLICE_VRAM_LIMIT_MIB", "512"}});
   EXPECT_EQ(config.cap_bytes, 512ull << 20);
   {

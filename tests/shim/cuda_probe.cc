@@ -41,7 +41,16 @@
 //   hold --mib N --ms T
 //     cuMemAlloc of N MiB, prints {"allocated":0|1,"failed_with":code} at once, holds it T ms,
 //     frees it.
-// A failure before the command's work prints {"error":"<call>","code":N}.
+//   context
+//     cuCtxCreate (_v2) of a second context on device 0, the primary one staying retained;
+//     cuMemGetInfo in it; cuCtxDestroy; cuMemGetInfo in the primary context again:
+//     {"created":0|1,"failed_with":code,"free_before":B,"total":B,"free_with":B,
+//      "device_used_with":B,"free_after":B,"device_used_after":B} (free_with and device_used_with
+//     only when it was created; device_used_* as gpusliceFakeCudaUsedBytes(0), -1 elsewhere).
+//     Exits 0 when the context was made or refused with CUDA_ERROR_OUT_OF_MEMORY.
+// A failure before the command's work prints {"error":"<call>","code":N}; a refused primary
+// context also "device_used_bytes" (what the test CUDA library's device 0 holds then, -1
+// elsewhere).
 #include <dlfcn.h>
 #include <signal.h>
 #include <time.h>
@@ -82,6 +91,8 @@ struct Api {
   cu::cuDevicePrimaryCtxRetain_t cuDevicePrimaryCtxRetain = nullptr;
   cu::cuDevicePrimaryCtxRelease_v2_t cuDevicePrimaryCtxRelease = nullptr;
   cu::cuCtxSetCurrent_t cuCtxSetCurrent = nullptr;
+  cu::cuCtxCreate_v2_t cuCtxCreate = nullptr;
+  cu::cuCtxDestroy_v2_t cuCtxDestroy = nullptr;
   cu::cuCtxSynchronize_t cuCtxSynchronize = nullptr;
   cu::cuMemGetInfo_v2_t cuMemGetInfo = nullptr;
   cu::cuMemAlloc_v2_t cuMemAlloc = nullptr;
@@ -151,6 +162,8 @@ std::vector<Entry> Entries(Api& a) {
       {"cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2", false,
        Slot(&a.cuDevicePrimaryCtxRelease)},
       {"cuCtxSetCurrent", "cuCtxSetCurrent", false, Slot(&a.cuCtxSetCurrent)},
+      {"cuCtxCreate", "cuCtxCreate_v2", false, Slot(&a.cuCtxCreate)},
+      {"cuCtxDestroy", "cuCtxDestroy_v2", false, Slot(&a.cuCtxDestroy)},
       {"cuCtxSynchronize", "cuCtxSynchronize", false, Slot(&a.cuCtxSynchronize)},
       {"cuMemGetInfo", "cuMemGetInfo_v2", false, Slot(&a.cuMemGetInfo)},
       {"cuMemAlloc", "cuMemAlloc_v2", false, Slot(&a.cuMemAlloc)},
@@ -282,7 +295,8 @@ constexpr const char* kUsage =
     "  bench-alloc --pairs N [--bytes B]\n"
     "  bench-launch --launches N\n"
     "  crash --mib N\n"
-    "  hold --mib N --ms T\n";
+    "  hold --mib N --ms T\n"
+    "  context\n";
 
 int Usage(const std::string& why) {
   std::fprintf(stderr, "cuda_probe: %s\n%s", why.c_str(), kUsage);
@@ -400,7 +414,13 @@ class Session {
       return PrintError("cuDeviceGet", r);
     }
     if (CUresult r = api_.cuDevicePrimaryCtxRetain(&context_, device_); r != cu::CUDA_SUCCESS) {
-      return PrintError("cuDevicePrimaryCtxRetain", r);
+      std::fprintf(stderr, "cuda_probe: cuDevicePrimaryCtxRetain failed with %d\n", r);
+      Json()
+          .Str("error", "cuDevicePrimaryCtxRetain")
+          .Int("code", r)
+          .Int("device_used_bytes", FakeUsedBytes())
+          .Print();
+      return 1;
     }
     retained_ = true;
     if (CUresult r = api_.cuCtxSetCurrent(context_); r != cu::CUDA_SUCCESS) {
@@ -419,13 +439,10 @@ class Session {
   const Api& api() const { return api_; }
   cu::CUdevice device() const { return device_; }
 
-  // The test CUDA library's peak of bytes handed out on device 0, -1 with another driver.
-  long long FakePeakBytes() const {
-    void* symbol = dlsym(handle_, "gpusliceFakeCudaPeakBytes");
-    if (symbol == nullptr) return -1;
-    auto peak = reinterpret_cast<unsigned long long (*)(int)>(symbol);
-    return static_cast<long long>(peak(0));
-  }
+  // The test CUDA library's peak of bytes handed out on device 0, and what it holds now; -1
+  // with another driver.
+  long long FakePeakBytes() const { return FakeFigure("gpusliceFakeCudaPeakBytes"); }
+  long long FakeUsedBytes() const { return FakeFigure("gpusliceFakeCudaUsedBytes"); }
 
  private:
   int Resolve(const std::string& via, bool ptsz) {
@@ -450,8 +467,10 @@ class Session {
     for (const Entry& entry : entries) {
       void* pfn = nullptr;
       cu::CUdriverProcAddressQueryResult status = 0;
-      const CUresult r = v2 != nullptr ? v2(entry.base, &pfn, kCudaVersion, flags, &status)
-                                       : v1(entry.base, &pfn, kCudaVersion, flags);
+      // cuCtxCreate's newer variants (_v3, _v4) take other parameters: its _v2 is CUDA 3.2's.
+      const int version = std::strcmp(entry.base, "cuCtxCreate") == 0 ? 3020 : kCudaVersion;
+      const CUresult r = v2 != nullptr ? v2(entry.base, &pfn, version, flags, &status)
+                                       : v1(entry.base, &pfn, version, flags);
       *entry.slot = r == cu::CUDA_SUCCESS ? pfn : nullptr;
       if (*entry.slot == nullptr) {
         std::fprintf(stderr, "cuda_probe: cuGetProcAddress(%s) failed with %d (status %d)\n",
@@ -459,6 +478,13 @@ class Session {
       }
     }
     return 0;
+  }
+
+  long long FakeFigure(const char* name) const {
+    void* symbol = dlsym(handle_, name);
+    if (symbol == nullptr) return -1;
+    auto figure = reinterpret_cast<unsigned long long (*)(int)>(symbol);
+    return static_cast<long long>(figure(0));
   }
 
   void* handle_ = nullptr;
@@ -1120,6 +1146,45 @@ int Hold(const Session& session, const Args& args) {
   return 0;
 }
 
+// --- context ---
+
+int Context(const Session& session) {
+  const Api& a = session.api();
+  if (!Have({{P(a.cuCtxCreate), "cuCtxCreate"},
+             {P(a.cuCtxDestroy), "cuCtxDestroy"},
+             {P(a.cuMemGetInfo), "cuMemGetInfo"}})) {
+    return 1;
+  }
+  std::size_t free = 0;
+  std::size_t total = 0;
+  if (CUresult r = a.cuMemGetInfo(&free, &total); r != cu::CUDA_SUCCESS) {
+    return PrintError("cuMemGetInfo", r);
+  }
+  Json json;
+  cu::CUcontext context = nullptr;
+  const CUresult created = a.cuCtxCreate(&context, 0, session.device());
+  json.Int("created", created == cu::CUDA_SUCCESS ? 1 : 0)
+      .Int("failed_with", created)
+      .Uint("free_before", free)
+      .Uint("total", total);
+  if (created == cu::CUDA_SUCCESS) {
+    const CUresult r = a.cuMemGetInfo(&free, &total);
+    json.Uint("free_with", free).Int("device_used_with", session.FakeUsedBytes());
+    // Destroying the current context makes the primary one current again.
+    if (CUresult d = a.cuCtxDestroy(context); d != cu::CUDA_SUCCESS) {
+      return PrintError("cuCtxDestroy", d);
+    }
+    if (r != cu::CUDA_SUCCESS) return PrintError("cuMemGetInfo", r);
+  } else {
+    std::fprintf(stderr, "cuda_probe: cuCtxCreate failed with %d\n", created);
+  }
+  if (CUresult r = a.cuMemGetInfo(&free, &total); r != cu::CUDA_SUCCESS) {
+    return PrintError("cuMemGetInfo", r);
+  }
+  json.Uint("free_after", free).Int("device_used_after", session.FakeUsedBytes()).Print();
+  return created == cu::CUDA_SUCCESS || created == cu::CUDA_ERROR_OUT_OF_MEMORY ? 0 : 1;
+}
+
 int Run(int argc, char** argv) {
   Args args;
   std::string error;
@@ -1128,7 +1193,7 @@ int Run(int argc, char** argv) {
   args.options.erase("via");
   if (via != "getproc" && via != "dlsym") return Usage("--via must be getproc or dlsym");
   static const char* const kCommands[] = {"info",         "alloc", "launch", "bench-alloc",
-                                          "bench-launch", "crash", "hold"};
+                                          "bench-launch", "crash", "hold",   "context"};
   bool known = false;
   for (const char* command : kCommands) known = known || args.command == command;
   if (!known) return Usage("unknown command " + args.command);
@@ -1141,6 +1206,7 @@ int Run(int argc, char** argv) {
   if (args.command == "bench-alloc") return BenchAlloc(session, args);
   if (args.command == "bench-launch") return BenchLaunch(session, args);
   if (args.command == "crash") return Crash(session, args);
+  if (args.command == "context") return Context(session);
   return Hold(session, args);
 }
 

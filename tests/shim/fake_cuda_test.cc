@@ -1,6 +1,7 @@
 // The test CUDA library (src/shim/fake_cuda, build/fake_cuda/libcuda.so.1) in this process:
-// exports and cuGetProcAddress, devices, the memory rules the interposer's tests rely on
-// (counting, rounding, refusal at the total), contexts, execution, events, capture and the trace.
+// exports and cuGetProcAddress, devices, NVML's memory figures, the memory rules the interposer's
+// tests rely on (counting, rounding, refusal at the total), contexts, execution, events, capture
+// and the trace.
 // Settings are fixed before the library's cuInit: 2 devices of 1024 MiB, 8 MiB per context, a
 // trace file; no engine file (the engine is this process's). Tests work on device 1 in contexts of
 // their own and give back what they take, so they may run in any order in one process.
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -338,6 +340,66 @@ TEST_F(FakeCudaTest, DevicesHaveTheirTotalAndStableDistinctUuids) {
   EXPECT_NE(std::memcmp(a.bytes, b.bytes, 16), 0);
   EXPECT_EQ(std::memcmp(a.bytes, a_again.bytes, 16), 0);
   EXPECT_EQ(FN(cuDeviceGetUuid)(&a, 5), CUDA_ERROR_INVALID_DEVICE);
+}
+
+// --- NVML (what the interposer measures contexts with) ---
+
+// NVML's form of a device's UUID, from cuDeviceGetUuid.
+std::string NvmlUuidOf(CUdevice device) {
+  CUuuid uuid{};
+  EXPECT_EQ(FN(cuDeviceGetUuid)(&uuid, device), CUDA_SUCCESS);
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  char text[48];
+  std::snprintf(text, sizeof text,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  return text;
+}
+
+TEST_F(FakeCudaTest, NvmlAnswersTheDevicesOwnCounts) {
+  const auto& lib = Library::Get();
+  ASSERT_EQ(lib.Fn<nvml::nvmlInit_v2_t>("nvmlInit_v2")(), nvml::NVML_SUCCESS);
+  auto by_uuid = lib.Fn<nvml::nvmlDeviceGetHandleByUUID_t>("nvmlDeviceGetHandleByUUID");
+  auto memory_info = lib.Fn<nvml::nvmlDeviceGetMemoryInfo_t>("nvmlDeviceGetMemoryInfo");
+  auto memory_info_v2 = lib.Fn<nvml::nvmlDeviceGetMemoryInfo_v2_t>("nvmlDeviceGetMemoryInfo_v2");
+  auto get_uuid = lib.Fn<nvml::nvmlDeviceGetUUID_t>("nvmlDeviceGetUUID");
+  nvml::nvmlDevice_t device = nullptr;
+  nvml::nvmlDevice_t other = nullptr;
+  const std::string uuid = NvmlUuidOf(kDevice);
+  ASSERT_EQ(by_uuid(uuid.c_str(), &device), nvml::NVML_SUCCESS) << uuid;
+  ASSERT_EQ(by_uuid(NvmlUuidOf(0).c_str(), &other), nvml::NVML_SUCCESS);
+  EXPECT_NE(device, other);
+  nvml::nvmlDevice_t none = nullptr;
+  EXPECT_EQ(by_uuid("GPU-00000000-0000-0000-0000-000000000000", &none), nvml::NVML_ERROR_NOT_FOUND);
+  char text[nvml::NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+  EXPECT_EQ(get_uuid(device, text, sizeof text), nvml::NVML_SUCCESS);
+  EXPECT_EQ(text, uuid);
+  EXPECT_EQ(get_uuid(device, text, 8), nvml::NVML_ERROR_INSUFFICIENT_SIZE);
+
+  nvml::nvmlMemory_t memory{};
+  ASSERT_EQ(memory_info(device, &memory), nvml::NVML_SUCCESS);
+  EXPECT_EQ(memory.total, 1024 * kMiB);
+  EXPECT_EQ(memory.used, Used(kDevice)) << "this test's context, at least";
+  EXPECT_EQ(memory.free, memory.total - memory.used);
+  CUdeviceptr ptr = 0;
+  ASSERT_EQ(FN(cuMemAlloc_v2)(&ptr, 10 * kMiB), CUDA_SUCCESS);
+  nvml::nvmlMemory_v2_t with{};
+  ASSERT_EQ(memory_info_v2(device, &with), nvml::NVML_SUCCESS);
+  EXPECT_EQ(with.used, memory.used + 10 * kMiB);
+  EXPECT_EQ(with.free, memory.free - 10 * kMiB);
+  EXPECT_EQ(with.reserved, 0u);
+  EXPECT_EQ(FN(cuMemFree_v2)(ptr), CUDA_SUCCESS);
+  // A context's memory shows as it is made and destroyed: what the interposer measures.
+  CUcontext context = nullptr;
+  ASSERT_EQ(FN(cuCtxCreate_v2)(&context, 0, kDevice), CUDA_SUCCESS);
+  nvml::nvmlMemory_t with_context{};
+  ASSERT_EQ(memory_info(device, &with_context), nvml::NVML_SUCCESS);
+  EXPECT_EQ(with_context.free, memory.free - 8 * kMiB);
+  EXPECT_EQ(FN(cuCtxDestroy_v2)(context), CUDA_SUCCESS);
+  ASSERT_EQ(memory_info(device, &memory), nvml::NVML_SUCCESS);
+  EXPECT_EQ(memory.free, with_context.free + 8 * kMiB);
+  EXPECT_EQ(memory_info(nullptr, &memory), nvml::NVML_ERROR_INVALID_ARGUMENT);
 }
 
 // --- memory ---

@@ -1,6 +1,7 @@
 // The interposer (libgpuslice-cuda.so, docs/SHIM.md) preloaded into tests/shim/cuda_probe over the
 // test CUDA library: the VRAM cap on every allocation path, reached through cuGetProcAddress and
-// through dlsym; what cuMemGetInfo answers; the context reserve; passthrough and measure modes;
+// through dlsym; what cuMemGetInfo answers; contexts counted as measured through NVML, and the
+// configured reservation where they cannot be or it is set; passthrough and measure modes;
 // one slice shared by two processes and two independent slices; a killed process's memory given
 // back; refusing CUDA when the accounting cannot be opened. Each test has its own accounting
 // directory. Compute shares are in throttle_test.cc.
@@ -24,6 +25,16 @@ namespace {
 
 constexpr long long kCapMiB = 1024;
 constexpr long long kCap = kCapMiB * static_cast<long long>(kMiB);
+constexpr long long kContextMiB = 518;
+
+long long Mib(long long n) { return n * static_cast<long long>(kMiB); }
+
+// How many times `text` occurs in `in`.
+int Occurrences(const std::string& in, const std::string& text) {
+  int n = 0;
+  for (std::size_t at = in.find(text); at != std::string::npos; at = in.find(text, at + 1)) ++n;
+  return n;
+}
 
 // The bytes the test CUDA library really reserves for one chunk of `path` of `mib` MiB as the
 // probe asks for it (cuda_probe.cc), which is what the interposer must count: pitch*height (rows
@@ -69,6 +80,20 @@ class CudaInterposerTest : public ::testing::Test {
   }
   std::map<std::string, std::string> Capped(const std::string& slice = "test") const {
     return Env({{"GPUSLICE_VRAM_LIMIT_MIB", std::to_string(kCapMiB)}}, slice);
+  }
+
+  // Contexts measured, under the defaults: no GPUSLICE_CONTEXT_RESERVE_MIB, NVML from the test
+  // CUDA library, whose contexts take 518 MiB each (what one took on an H200; the configured
+  // default is 320 MiB), and a cap of `cap_mib`.
+  std::map<std::string, std::string> Measured(
+      long long cap_mib, const std::map<std::string, std::string>& settings = {}) const {
+    std::map<std::string, std::string> env =
+        Env({{"GPUSLICE_VRAM_LIMIT_MIB", std::to_string(cap_mib)},
+             {"GPUSLICE_REAL_NVML", std::string(GPUSLICE_FAKE_CUDA_DIR) + "/libcuda.so.1"},
+             {"FAKE_CUDA_CONTEXT_MIB", std::to_string(kContextMiB)}});
+    env.erase("GPUSLICE_CONTEXT_RESERVE_MIB");
+    for (const auto& [key, value] : settings) env[key] = value;
+    return env;
   }
 
   absl::StatusOr<SliceSnapshot> Slice(const std::string& id = "test") const {
@@ -206,6 +231,122 @@ TEST_F(CudaInterposerTest, AContextBeyondTheCapIsRefused) {
   EXPECT_EQ(run.exit_code, 1) << run.Describe();
   EXPECT_EQ(run.Json().value("error", ""), "cuDevicePrimaryCtxRetain") << run.out;
   EXPECT_EQ(run.Json().value("code", 0), 2) << "CUDA_ERROR_OUT_OF_MEMORY";
+}
+
+// --- contexts counted as measured (defaults: GPUSLICE_CONTEXT_RESERVE_MIB not set) ---
+
+TEST_F(CudaInterposerTest, AContextCountsWhatItWasMeasuredToTake) {
+  const Outcome run = RunProbe({"info"}, Measured(kCapMiB));
+  ASSERT_EQ(run.exit_code, 0) << run.Describe();
+  EXPECT_EQ(Field(run.Json(), "total"), kCap);
+  EXPECT_EQ(Field(run.Json(), "free"), kCap - Mib(kContextMiB))
+      << "the primary context counts its 518 MiB, not the configured 320";
+  ExpectStartLine(run, "measured when it is made");
+  EXPECT_EQ(Occurrences(run.err, "a CUDA context took 518 MiB"), 1) << run.err;
+  const absl::StatusOr<SliceSnapshot> slice = Slice();
+  ASSERT_TRUE(slice.ok()) << slice.status();
+  EXPECT_EQ(slice->peak_bytes, static_cast<std::uint64_t>(Mib(kContextMiB)))
+      << "counted first as 320 MiB, then corrected up to 518, never more";
+  EXPECT_EQ(slice->context_reserve_bytes, static_cast<std::uint64_t>(Mib(kContextMiB)));
+  EXPECT_EQ(slice->refused, 0u);
+}
+
+// 518 + 506 = 1024 MiB: an allocation of 506 MiB fits exactly, one of 507 passes the cap by 1 MiB
+// and is refused. Counting the default 320 MiB instead, 507 MiB would be let through and the
+// device would hold 1025 MiB under a 1024 MiB cap.
+TEST_F(CudaInterposerTest, TheCapIsExactWithAMeasuredContext) {
+  const Outcome fits = RunProbe({"alloc", "--path", "alloc", "--mib", "506"}, Measured(kCapMiB));
+  ASSERT_EQ(fits.exit_code, 0) << fits.Describe();
+  EXPECT_EQ(Field(fits.Json(), "allocated"), 1) << fits.Describe();
+  EXPECT_EQ(Field(fits.Json(), "failed_with"), 2) << "the second 506 MiB is refused";
+  EXPECT_EQ(Field(fits.Json(), "device_peak_bytes"), kCap)
+      << "the device held the context and the allocation: exactly the cap";
+  EXPECT_EQ(Field(fits.Json(), "free"), 0);
+
+  const Outcome over = RunProbe({"alloc", "--path", "alloc", "--mib", "507"}, Measured(kCapMiB));
+  ASSERT_EQ(over.exit_code, 0) << over.Describe();
+  EXPECT_EQ(Field(over.Json(), "allocated"), 0) << over.Describe();
+  EXPECT_EQ(Field(over.Json(), "failed_with"), 2) << "CUDA_ERROR_OUT_OF_MEMORY";
+  EXPECT_EQ(Field(over.Json(), "device_peak_bytes"), Mib(kContextMiB)) << "only the context";
+  EXPECT_EQ(Field(over.Json(), "free"), kCap - Mib(kContextMiB));
+}
+
+// A cap of 400 MiB holds the 320 MiB counted before the primary context is made, not the 518 MiB
+// it is measured to take once made: it is released again (the device holds nothing) and refused.
+TEST_F(CudaInterposerTest, APrimaryContextBeyondTheCapIsReleasedAndRefused) {
+  const Outcome run = RunProbe({"info"}, Measured(400));
+  EXPECT_EQ(run.exit_code, 1) << run.Describe();
+  EXPECT_EQ(run.Json().value("error", ""), "cuDevicePrimaryCtxRetain") << run.out;
+  EXPECT_EQ(run.Json().value("code", 0), 2) << "CUDA_ERROR_OUT_OF_MEMORY";
+  EXPECT_EQ(Field(run.Json(), "device_used_bytes"), 0) << "the context did not stay";
+  EXPECT_NE(run.err.find("refused a CUDA context: it took 518 MiB"), std::string::npos) << run.err;
+  const absl::StatusOr<SliceSnapshot> slice = Slice();
+  ASSERT_TRUE(slice.ok()) << slice.status();
+  EXPECT_EQ(slice->refused, 1u);
+  EXPECT_LE(slice->peak_bytes, 400u * kMiB) << "the cap was never passed, even while measuring";
+}
+
+// The primary context (518 MiB) fits under 1024 MiB; a second one does not, and is destroyed.
+TEST_F(CudaInterposerTest, ACreatedContextBeyondTheCapIsDestroyedAndRefused) {
+  const Outcome run = RunProbe({"context"}, Measured(kCapMiB));
+  ASSERT_EQ(run.exit_code, 0) << run.Describe();
+  const nlohmann::json json = run.Json();
+  EXPECT_EQ(Field(json, "created"), 0) << run.Describe();
+  EXPECT_EQ(Field(json, "failed_with"), 2) << "CUDA_ERROR_OUT_OF_MEMORY";
+  EXPECT_EQ(Field(json, "device_used_after"), Mib(kContextMiB)) << "only the primary context";
+  EXPECT_EQ(Field(json, "free_after"), kCap - Mib(kContextMiB)) << "nothing of it counted";
+}
+
+TEST_F(CudaInterposerTest, DestroyingAContextGivesItsMeasuredCostBack) {
+  const Outcome run = RunProbe({"context"}, Measured(2048));
+  ASSERT_EQ(run.exit_code, 0) << run.Describe();
+  const nlohmann::json json = run.Json();
+  EXPECT_EQ(Field(json, "created"), 1) << run.Describe();
+  EXPECT_EQ(Field(json, "free_before"), Mib(2048 - kContextMiB));
+  EXPECT_EQ(Field(json, "free_with"), Mib(2048 - 2 * kContextMiB));
+  EXPECT_EQ(Field(json, "device_used_with"), Mib(2 * kContextMiB));
+  EXPECT_EQ(Field(json, "free_after"), Mib(2048 - kContextMiB)) << "518 MiB given back";
+  EXPECT_EQ(Field(json, "device_used_after"), Mib(kContextMiB));
+  EXPECT_EQ(Occurrences(run.err, "a CUDA context took 518 MiB"), 1) << "said once: " << run.err;
+}
+
+// Without NVML each context counts the configured reservation, and the log says so once.
+TEST_F(CudaInterposerTest, WithoutNvmlTheConfiguredReservationIsCounted) {
+  const std::string missing = dir_ / "no-such-libnvidia-ml.so.1";
+  const Outcome run = RunProbe({"context"}, Measured(2048, {{"GPUSLICE_REAL_NVML", missing}}));
+  ASSERT_EQ(run.exit_code, 0) << run.Describe();
+  const nlohmann::json json = run.Json();
+  EXPECT_EQ(Field(json, "created"), 1) << run.Describe();
+  EXPECT_EQ(Field(json, "free_before"), Mib(2048 - 320));
+  EXPECT_EQ(Field(json, "free_with"), Mib(2048 - 2 * 320));
+  EXPECT_EQ(Field(json, "free_after"), Mib(2048 - 320));
+  EXPECT_EQ(Occurrences(run.err, "cannot measure what a CUDA context takes"), 1) << run.err;
+  EXPECT_NE(run.err.find(missing), std::string::npos) << "says why: " << run.err;
+  EXPECT_NE(run.err.find("configured 320 MiB"), std::string::npos) << run.err;
+}
+
+// A figure that cannot be a context's is not believed: free memory that did not drop (a context
+// of 0 MiB), or a drop beyond 8 GiB (another process's allocations on a real GPU).
+TEST_F(CudaInterposerTest, AnImplausibleMeasurementCountsTheConfiguredReservation) {
+  for (const auto& [context_mib, why] : std::map<std::string, std::string>{
+           {"0", "free memory did not drop"}, {"9000", "more than a context takes"}}) {
+    SCOPED_TRACE(context_mib);
+    const Outcome run =
+        RunProbe({"info"}, Measured(kCapMiB, {{"FAKE_CUDA_CONTEXT_MIB", context_mib}}));
+    ASSERT_EQ(run.exit_code, 0) << run.Describe();
+    EXPECT_EQ(Field(run.Json(), "free"), kCap - Mib(320));
+    EXPECT_NE(run.err.find(why), std::string::npos) << run.err;
+  }
+}
+
+// Set explicitly, the reservation is what a context counts, measured or not.
+TEST_F(CudaInterposerTest, AnExplicitReservationWinsOverMeasuring) {
+  const Outcome run =
+      RunProbe({"info"}, Measured(kCapMiB, {{"GPUSLICE_CONTEXT_RESERVE_MIB", "24"}}));
+  ASSERT_EQ(run.exit_code, 0) << run.Describe();
+  EXPECT_EQ(Field(run.Json(), "free"), kCap - Mib(24));
+  ExpectStartLine(run, "each CUDA context counted as 24 MiB");
+  EXPECT_EQ(run.err.find("a CUDA context took"), std::string::npos) << run.err;
 }
 
 // --- modes ---

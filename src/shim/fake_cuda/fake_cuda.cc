@@ -3,7 +3,8 @@
 //
 // It exports, with C linkage and the types of ../cuda_api.h (checked with static_assert), the
 // driver functions the interposer hooks or calls, under the names the real driver exports, plus
-// `gpusliceFakeCudaPeakBytes`, `gpusliceFakeCudaUsedBytes` and `gpusliceFakeCudaCalls` for tests.
+// `gpusliceFakeCudaPeakBytes`, `gpusliceFakeCudaUsedBytes` and `gpusliceFakeCudaCalls` for tests,
+// and the few NVML functions the interposer calls.
 // The model:
 //   * Devices: $FAKE_CUDA_DEVICES (default 1), each of $FAKE_CUDA_TOTAL_MIB (default 16384) with a
 //     UUID derived from its ordinal. Every call but cuInit, cuDriverGetVersion and cuGetProcAddress
@@ -37,6 +38,11 @@
 //     record and the end of the context's previous operation.
 //   * Stream capture records launches into a graph instead of running them; cuGraphLaunch enqueues
 //     the recorded kernels.
+//   * NVML, for the interposer's measuring of contexts (GPUSLICE_REAL_NVML pointing at this
+//     library): nvmlInit_v2, nvmlDeviceGetHandleByUUID (the "GPU-" form of cuDeviceGetUuid's
+//     UUID), nvmlDeviceGetUUID and nvmlDeviceGetMemoryInfo (_v2), whose figures are the device's
+//     own counts above (used, total - used free, nothing reserved). Devices exist once cuInit
+//     has run in the process; before, NVML_ERROR_UNINITIALIZED.
 // Handles are checked: an unknown stream, event, module, function, array or graph is
 // CUDA_ERROR_INVALID_HANDLE; contexts are never freed, so a destroyed one stays recognisable and
 // answers CUDA_ERROR_INVALID_CONTEXT. The library is linked with -Bsymbolic, so cuGetProcAddress
@@ -693,6 +699,55 @@ CUresult FreeAsync(CUdeviceptr dptr, CUstream stream) {
   return FreeLinear(dptr);
 }
 
+// A device's UUID: "gslcfake" then the ordinal, big-endian, in the last four bytes.
+CUuuid DeviceUuid(int device) {
+  CUuuid uuid{};
+  std::memcpy(uuid.bytes, "gslcfake", 8);
+  const auto ordinal = static_cast<std::uint32_t>(device);
+  for (int i = 0; i < 4; ++i) {
+    uuid.bytes[12 + i] = static_cast<char>((ordinal >> (8 * (3 - i))) & 0xffU);
+  }
+  return uuid;
+}
+
+// The same UUID as NVML writes it: "GPU-" and 8-4-4-4-12 hexadecimal digits.
+std::string NvmlUuid(int device) {
+  const CUuuid uuid = DeviceUuid(device);
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  char text[48];
+  std::snprintf(text, sizeof text,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  return text;
+}
+
+// NVML's handle of a device is its Device (caller holds D().mu); the ordinal back from one, or
+// -1 for a handle that is none of them.
+nvml::nvmlDevice_t NvmlHandle(int device) {
+  return reinterpret_cast<nvml::nvmlDevice_t>(&D().devices[static_cast<std::size_t>(device)]);
+}
+int NvmlOrdinal(nvml::nvmlDevice_t handle) {
+  const Driver& d = D();
+  for (std::size_t i = 0; i < d.devices.size(); ++i) {
+    if (reinterpret_cast<const void*>(&d.devices[i]) == handle) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// NVML's memory figures of a device, from the same counts the driver refuses by.
+nvml::nvmlReturn_t NvmlMemory(nvml::nvmlDevice_t handle, std::uint64_t* total,
+                              std::uint64_t* used) {
+  Driver& d = D();
+  if (!d.initialized.load(std::memory_order_acquire)) return nvml::NVML_ERROR_UNINITIALIZED;
+  std::lock_guard lock(d.mu);
+  const int device = NvmlOrdinal(handle);
+  if (device < 0) return nvml::NVML_ERROR_INVALID_ARGUMENT;
+  *total = d.total_bytes;
+  *used = d.devices[static_cast<std::size_t>(device)].used;
+  return nvml::NVML_SUCCESS;
+}
+
 std::uint64_t ParseEnv(const char* name, std::uint64_t fallback, std::uint64_t low,
                        std::uint64_t high) {
   const char* text = std::getenv(name);
@@ -794,14 +849,7 @@ GPUSLICE_FAKE_CUDA_EXPORT CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice device
   GPUSLICE_FAKE_REQUIRE_INIT();
   if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(device)) return CUDA_ERROR_INVALID_DEVICE;
-  // "gslcfake" then the ordinal, big-endian, in the last four bytes.
-  const char prefix[] = "gslcfake";
-  std::memset(uuid->bytes, 0, sizeof uuid->bytes);
-  std::memcpy(uuid->bytes, prefix, 8);
-  const auto ordinal = static_cast<std::uint32_t>(device);
-  for (int i = 0; i < 4; ++i) {
-    uuid->bytes[12 + i] = static_cast<char>((ordinal >> (8 * (3 - i))) & 0xffU);
-  }
+  *uuid = DeviceUuid(device);
   return CUDA_SUCCESS;
 }
 
@@ -1794,6 +1842,71 @@ GPUSLICE_FAKE_CUDA_EXPORT unsigned long long gpusliceFakeCudaCalls(const char* n
   return CallCounter(name).load(std::memory_order_relaxed);
 }
 
+// --- NVML: what the interposer calls to measure a context (and answers for the slice) ---
+
+GPUSLICE_FAKE_CUDA_EXPORT nvml::nvmlReturn_t nvmlInit_v2(void) {
+  GPUSLICE_FAKE_COUNT("nvmlInit_v2");
+  return nvml::NVML_SUCCESS;
+}
+
+GPUSLICE_FAKE_CUDA_EXPORT nvml::nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid,
+                                                                       nvml::nvmlDevice_t* device) {
+  GPUSLICE_FAKE_COUNT("nvmlDeviceGetHandleByUUID");
+  if (uuid == nullptr || device == nullptr) return nvml::NVML_ERROR_INVALID_ARGUMENT;
+  Driver& d = D();
+  if (!d.initialized.load(std::memory_order_acquire)) return nvml::NVML_ERROR_UNINITIALIZED;
+  std::lock_guard lock(d.mu);
+  for (std::size_t i = 0; i < d.devices.size(); ++i) {
+    if (NvmlUuid(static_cast<int>(i)) == uuid) {
+      *device = NvmlHandle(static_cast<int>(i));
+      return nvml::NVML_SUCCESS;
+    }
+  }
+  return nvml::NVML_ERROR_NOT_FOUND;
+}
+
+GPUSLICE_FAKE_CUDA_EXPORT nvml::nvmlReturn_t nvmlDeviceGetUUID(nvml::nvmlDevice_t device,
+                                                               char* uuid, unsigned int length) {
+  GPUSLICE_FAKE_COUNT("nvmlDeviceGetUUID");
+  if (uuid == nullptr) return nvml::NVML_ERROR_INVALID_ARGUMENT;
+  Driver& d = D();
+  if (!d.initialized.load(std::memory_order_acquire)) return nvml::NVML_ERROR_UNINITIALIZED;
+  std::lock_guard lock(d.mu);
+  const int ordinal = NvmlOrdinal(device);
+  if (ordinal < 0) return nvml::NVML_ERROR_INVALID_ARGUMENT;
+  const std::string text = NvmlUuid(ordinal);
+  if (length < text.size() + 1) return nvml::NVML_ERROR_INSUFFICIENT_SIZE;
+  std::memcpy(uuid, text.c_str(), text.size() + 1);
+  return nvml::NVML_SUCCESS;
+}
+
+GPUSLICE_FAKE_CUDA_EXPORT nvml::nvmlReturn_t nvmlDeviceGetMemoryInfo(nvml::nvmlDevice_t device,
+                                                                     nvml::nvmlMemory_t* memory) {
+  GPUSLICE_FAKE_COUNT("nvmlDeviceGetMemoryInfo");
+  if (memory == nullptr) return nvml::NVML_ERROR_INVALID_ARGUMENT;
+  std::uint64_t total = 0;
+  std::uint64_t used = 0;
+  if (nvml::nvmlReturn_t r = NvmlMemory(device, &total, &used); r != nvml::NVML_SUCCESS) return r;
+  memory->total = total;
+  memory->used = used;
+  memory->free = total - used;
+  return nvml::NVML_SUCCESS;
+}
+
+GPUSLICE_FAKE_CUDA_EXPORT nvml::nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(
+    nvml::nvmlDevice_t device, nvml::nvmlMemory_v2_t* memory) {
+  GPUSLICE_FAKE_COUNT("nvmlDeviceGetMemoryInfo_v2");
+  if (memory == nullptr) return nvml::NVML_ERROR_INVALID_ARGUMENT;
+  std::uint64_t total = 0;
+  std::uint64_t used = 0;
+  if (nvml::nvmlReturn_t r = NvmlMemory(device, &total, &used); r != nvml::NVML_SUCCESS) return r;
+  memory->total = total;
+  memory->reserved = 0;
+  memory->used = used;
+  memory->free = total - used;
+  return nvml::NVML_SUCCESS;
+}
+
 }  // extern "C"
 
 // --- cuGetProcAddress ---
@@ -2024,5 +2137,10 @@ GPUSLICE_FAKE_CHECK(cuEventRecord_ptsz, cuEventRecord_t);
 GPUSLICE_FAKE_CHECK(cuEventQuery, cuEventQuery_t);
 GPUSLICE_FAKE_CHECK(cuEventSynchronize, cuEventSynchronize_t);
 GPUSLICE_FAKE_CHECK(cuEventElapsedTime, cuEventElapsedTime_t);
+GPUSLICE_FAKE_CHECK(nvmlInit_v2, nvml::nvmlInit_v2_t);
+GPUSLICE_FAKE_CHECK(nvmlDeviceGetHandleByUUID, nvml::nvmlDeviceGetHandleByUUID_t);
+GPUSLICE_FAKE_CHECK(nvmlDeviceGetUUID, nvml::nvmlDeviceGetUUID_t);
+GPUSLICE_FAKE_CHECK(nvmlDeviceGetMemoryInfo, nvml::nvmlDeviceGetMemoryInfo_t);
+GPUSLICE_FAKE_CHECK(nvmlDeviceGetMemoryInfo_v2, nvml::nvmlDeviceGetMemoryInfo_v2_t);
 
 }  // namespace gpuslice::cuda
