@@ -22,14 +22,16 @@
 # It builds the interposer and the probe with g++ into a temporary directory, then checks:
 #   info      the probe's `info` natively (driver version, devices, memory)
 #   context   the device memory one CUDA context takes (nvidia-smi's used_memory of a process
-#             holding a 1 MiB allocation, less that allocation's 2 MiB page): the figure for
-#             GPUSLICE_CONTEXT_RESERVE_MIB
+#             holding a 1 MiB allocation, less that allocation's 2 MiB page), measured apart from
+#             the interposer (which measures each context itself): what the cap checks judge by
+# Every cap check runs under the interposer's defaults (GPUSLICE_CONTEXT_RESERVE_MIB not set: a
+# context counts what the interposer measures it to take, through NVML).
 #   cap:PATH  a 4096 MiB cap on each allocation path (alloc pitch managed async pool array array3d
-#             mipmap vmm), 256 MiB chunks until refused: pass when the allocations stop at or
-#             before the cap (counting the context reservation), with CUDA_ERROR_OUT_OF_MEMORY,
-#             and cuMemGetInfo inside reports total = cap
-#   cap:nvml  nvidia-smi's used_memory of a process filled up to the cap stays <= cap + context
-#             (--fake: the test library's own peak)
+#             mipmap vmm), 256 MiB chunks until refused: pass when the allocations plus the context
+#             (as the context check measured it) stop at or before the cap, with
+#             CUDA_ERROR_OUT_OF_MEMORY, and cuMemGetInfo inside reports total = cap
+#   cap:nvml  nvidia-smi's used_memory of a process filled up to the cap in 64 MiB chunks stays
+#             <= the cap, context included (--fake: the test library's own peak)
 #   share:A/B two processes in slices with compute shares A and B (milli) launching ~1 ms work
 #             kernels: each one's achieved share per 1 s window (work done / the solo rate) within
 #             +-0.05 of its share in every full window after the first
@@ -198,7 +200,10 @@ if [[ -n "$fake_build" ]]; then
   [[ -r "$fake_lib/libcuda.so.1" ]] ||
     { echo "verify.sh: no $fake_build/fake_cuda/libcuda.so.1 (ninja gpuslice_fake_cuda)" >&2; exit 1; }
   export LD_LIBRARY_PATH="$fake_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export FAKE_CUDA_ENGINE="$work/engine" FAKE_CUDA_TOTAL_MIB=16384 FAKE_CUDA_CONTEXT_MIB=300
+  # Contexts of 518 MiB (an H200's), not the interposer's fallback of 320, and the test library's
+  # NVML for the interposer to measure them with.
+  export FAKE_CUDA_ENGINE="$work/engine" FAKE_CUDA_TOTAL_MIB=16384 FAKE_CUDA_CONTEXT_MIB=518
+  export GPUSLICE_REAL_NVML="$fake_lib/libcuda.so.1"
   section "machine: the test CUDA library $fake_lib/libcuda.so.1 (dry run, no GPU)"
 else
   section "machine"
@@ -292,13 +297,17 @@ else
 fi
 device_total_mib=$(mib "${total:-0}")
 
-# --- (f) context reservation ------------------------------------------------------------------
+# --- (f) what a context takes ---------------------------------------------------------------
+# Measured here apart from the interposer (which measures each context itself, through NVML): the
+# cap checks judge the allocations plus this figure against the cap. Empty when it cannot be
+# known; the cap checks then take the interposer's own figure, and say so.
 section "context: device memory of one CUDA context"
-context_mib=320
+context_mib=""
 if ((fake)); then
-  record context skipped "--fake (the test library's context is FAKE_CUDA_CONTEXT_MIB=$FAKE_CUDA_CONTEXT_MIB); the interposer's default 320 MiB is used"
+  context_mib=$FAKE_CUDA_CONTEXT_MIB
+  record context info "--fake: the test library's contexts take FAKE_CUDA_CONTEXT_MIB=$context_mib MiB"
 elif ((!smi)); then
-  record context skipped "no nvidia-smi; the interposer's default 320 MiB is used"
+  record context skipped "no nvidia-smi; the cap checks judge by the interposer's own figure"
 else
   before=$(compute_pids)
   "$probe" hold --mib 1 --ms 4000 >"$work/hold.out" 2>>"$log" &
@@ -310,23 +319,21 @@ else
   say "hold --mib 1: $(cat "$work/hold.out"); nvidia-smi used_memory $used MiB"
   if [[ -n "$used" ]] && ((used > 2)); then
     context_mib=$((used - 2))
-    record context pass "a context takes $context_mib MiB (used_memory $used MiB with a 1 MiB allocation in a 2 MiB page); GPUSLICE_CONTEXT_RESERVE_MIB default is 320"
+    record context pass "a context takes $context_mib MiB (used_memory $used MiB with a 1 MiB allocation in a 2 MiB page)"
   else
-    record context fail "nvidia-smi did not show the process's memory (used '$used'); using 320 MiB"
+    record context fail "nvidia-smi did not show the process's memory (used '$used'); the cap checks judge by the interposer's own figure"
   fi
 fi
-say "GPUSLICE_CONTEXT_RESERVE_MIB=$context_mib for the cap checks"
+say "the cap checks run with GPUSLICE_CONTEXT_RESERVE_MIB unset (contexts measured by the interposer) and judge by a context of ${context_mib:-?} MiB (?: the interposer's own figure)"
 
 # --- (b) the cap on each allocation path ------------------------------------------------------
 section "cap: 4096 MiB, 256 MiB chunks until refused, on every allocation path"
 cap_mib=4096
 cap_bytes=$((cap_mib * 1048576))
-reserve_bytes=$((context_mib * 1048576))
-printf '   %-8s %6s %10s %10s %11s %10s %9s\n' PATH CHUNKS COUNTED_MIB CHUNK_MIB FAILED_WITH TOTAL_MIB FREE_MIB |
+printf '   %-8s %6s %10s %10s %11s %10s %9s %11s\n' PATH CHUNKS ALLOC_MIB CHUNK_MIB FAILED_WITH TOTAL_MIB FREE_MIB CONTEXT_MIB |
   tee -a "$log"
 for path in alloc pitch managed async pool array array3d mipmap vmm; do
-  out=$(shimmed "cap-$path" GPUSLICE_VRAM_LIMIT_MIB=$cap_mib \
-    GPUSLICE_CONTEXT_RESERVE_MIB=$context_mib -- alloc --path "$path" --mib 256)
+  out=$(shimmed "cap-$path" GPUSLICE_VRAM_LIMIT_MIB=$cap_mib -- alloc --path "$path" --mib 256)
   rc=$?
   echo "$path: $out" >>"$log"
   chunk=$(field chunk_bytes "$out")
@@ -343,34 +350,39 @@ for path in alloc pitch managed async pool array array3d mipmap vmm; do
   per=$chunk
   [[ -n "$reserved" ]] && ((reserved > 0)) && per=$reserved
   counted=$((count * per))
-  printf '   %-8s %6s %10s %10s %11s %10s %9s\n' "$path" "$count" "$(mib $((counted + reserve_bytes)))" \
-    "$(mib "$per")" "$failed" "$(mib "${inside_total:-0}")" "$(mib "${inside_free:-0}")" | tee -a "$log"
+  # What the interposer counted for the context: the slice's use (cap - free inside) less the
+  # allocations.
+  shim_context=$((${inside_total:-0} - ${inside_free:-0} - counted))
+  context_bytes=$((${context_mib:-$((shim_context / 1048576))} * 1048576))
+  printf '   %-8s %6s %10s %10s %11s %10s %9s %11s\n' "$path" "$count" "$(mib "$counted")" \
+    "$(mib "$per")" "$failed" "$(mib "${inside_total:-0}")" "$(mib "${inside_free:-0}")" \
+    "$(mib "$shim_context")" | tee -a "$log"
+  context_text="$(mib "$context_bytes") MiB context${context_mib:+ (the interposer counted $(mib "$shim_context"))}"
   if ((count == 0)) && [[ "$failed" != 2 ]]; then
     record "cap:$path" skipped "the driver does not allocate this way here (error $failed)"
   elif [[ "$failed" != 2 ]]; then
     record "cap:$path" fail "stopped with error $failed, not CUDA_ERROR_OUT_OF_MEMORY, after $count chunk(s)"
-  elif ((counted + reserve_bytes > cap_bytes)); then
-    record "cap:$path" fail "$(mib "$counted") MiB allocated + $context_mib MiB context > cap $cap_mib MiB"
+  elif ((counted + context_bytes > cap_bytes)); then
+    record "cap:$path" fail "$(mib "$counted") MiB allocated + $context_text > cap $cap_mib MiB"
   elif [[ "$inside_total" != "$cap_bytes" ]]; then
     record "cap:$path" fail "cuMemGetInfo total $(mib "${inside_total:-0}") MiB, not the cap $cap_mib MiB"
-  elif ((counted + reserve_bytes + 2 * per <= cap_bytes)); then
-    record "cap:$path" fail "refused early: $(mib "$counted") MiB allocated + $context_mib MiB context, cap $cap_mib MiB"
+  elif ((counted + context_bytes + 2 * per <= cap_bytes)); then
+    record "cap:$path" fail "refused early: $(mib "$counted") MiB allocated + $context_text, cap $cap_mib MiB"
   else
-    record "cap:$path" pass "$count x $(mib "$per") MiB = $(mib "$counted") MiB + $context_mib MiB context <= $cap_mib MiB; refused with OUT_OF_MEMORY; total = cap"
+    record "cap:$path" pass "$count x $(mib "$per") MiB = $(mib "$counted") MiB + $context_text <= $cap_mib MiB; refused with OUT_OF_MEMORY; total = cap"
   fi
 done
 
-# The device's own view of a process filled up to the cap.
+# The device's own view of a process filled up to the cap: in 64 MiB chunks, so that a context
+# counted short by more than that shows.
 if ((fake)); then
-  out=$(shimmed cap-device GPUSLICE_VRAM_LIMIT_MIB=$cap_mib \
-    GPUSLICE_CONTEXT_RESERVE_MIB=$context_mib -- alloc --path alloc --mib 256)
+  out=$(shimmed cap-device GPUSLICE_VRAM_LIMIT_MIB=$cap_mib -- alloc --path alloc --mib 64)
   peak=$(field device_peak_bytes "$out")
   say "alloc under the cap, the test library's peak: $(mib "${peak:-0}") MiB"
-  limit=$((cap_bytes + FAKE_CUDA_CONTEXT_MIB * 1048576))
-  if [[ -n "$peak" ]] && ((peak > 0 && peak <= limit)); then
-    record cap:nvml pass "the test library's peak $(mib "$peak") MiB <= cap $cap_mib + context $FAKE_CUDA_CONTEXT_MIB MiB"
+  if [[ -n "$peak" ]] && ((peak > 0 && peak <= cap_bytes)); then
+    record cap:nvml pass "the test library's peak $(mib "$peak") MiB (context included) <= cap $cap_mib MiB"
   else
-    record cap:nvml fail "the test library's peak $(mib "${peak:-0}") MiB, limit $(mib "$limit") MiB"
+    record cap:nvml fail "the test library's peak $(mib "${peak:-0}") MiB (context included) > cap $cap_mib MiB"
   fi
 elif ((!smi)); then
   record cap:nvml skipped "no nvidia-smi"
@@ -378,8 +390,8 @@ else
   before=$(compute_pids)
   # env execs the probe, so that $! is the process nvidia-smi lists.
   env LD_PRELOAD="$shim" GPUSLICE_SHM_DIR="$work/shm" GPUSLICE_LOG=1 GPUSLICE_SLICE="verify-$$-nvml" \
-    GPUSLICE_VRAM_LIMIT_MIB=$cap_mib GPUSLICE_CONTEXT_RESERVE_MIB=$context_mib \
-    "$probe" alloc --path alloc --mib 256 --hold-ms 3000 >"$work/nvml.out" 2>>"$log" &
+    GPUSLICE_VRAM_LIMIT_MIB=$cap_mib \
+    "$probe" alloc --path alloc --mib 64 --hold-ms 3000 >"$work/nvml.out" 2>>"$log" &
   fill_pid=$!
   bg_pids+=("$fill_pid")
   used=$(watch_used "$fill_pid" "$before")
@@ -388,10 +400,10 @@ else
   say "alloc to the cap, holding 3 s: $(cat "$work/nvml.out"); nvidia-smi used_memory at most $used MiB"
   if [[ -z "$used" ]]; then
     record cap:nvml fail "nvidia-smi did not show the process"
-  elif ((used <= cap_mib + context_mib)); then
-    record cap:nvml pass "nvidia-smi used_memory at most $used MiB <= cap $cap_mib + context $context_mib MiB"
+  elif ((used <= cap_mib)); then
+    record cap:nvml pass "nvidia-smi used_memory at most $used MiB (context included) <= cap $cap_mib MiB"
   else
-    record cap:nvml fail "nvidia-smi used_memory $used MiB > cap $cap_mib + context $context_mib MiB"
+    record cap:nvml fail "nvidia-smi used_memory $used MiB (context included) > cap $cap_mib MiB"
   fi
 fi
 
@@ -513,7 +525,7 @@ print(json.dumps({"tensors": len(tensors), "allocated": len(tensors) * (256 << 2
 EOF
   out=$(timeout 180 env LD_PRELOAD="$shim" GPUSLICE_SHM_DIR="$work/shm" GPUSLICE_LOG=1 \
     GPUSLICE_SLICE="verify-$$-torch" GPUSLICE_VRAM_LIMIT_MIB=2048 \
-    GPUSLICE_CONTEXT_RESERVE_MIB=$context_mib python3 "$work/torch_cap.py" 2>>"$log" | tail -1)
+    python3 "$work/torch_cap.py" 2>>"$log" | tail -1)
   say "$out"
   tensors=$(field tensors "$out")
   reserved=$(field reserved "$out")
@@ -521,10 +533,10 @@ EOF
     record pytorch fail "the script failed (see the log): $out"
   elif [[ "$out" != *'"error": "OutOfMemoryError"'* ]]; then
     record pytorch fail "$tensors tensor(s), then not OutOfMemoryError: $out"
-  elif ((reserved + context_mib * 1048576 > 2048 * 1048576)); then
-    record pytorch fail "PyTorch holds $(mib "$reserved") MiB + $context_mib MiB context > cap 2048 MiB"
+  elif ((reserved + ${context_mib:-0} * 1048576 > 2048 * 1048576)); then
+    record pytorch fail "PyTorch holds $(mib "$reserved") MiB + ${context_mib:-?} MiB context > cap 2048 MiB"
   else
-    record pytorch pass "$tensors x 256 MiB, $(mib "$reserved") MiB reserved + $context_mib MiB context <= 2048 MiB, then OutOfMemoryError; mem_get_info total $(mib "$(field total "$out")") MiB"
+    record pytorch pass "$tensors x 256 MiB, $(mib "$reserved") MiB reserved + ${context_mib:-?} MiB context <= 2048 MiB, then OutOfMemoryError; mem_get_info total $(mib "$(field total "$out")") MiB"
   fi
 fi
 
@@ -557,7 +569,7 @@ else
       for share in $first $second; do
         timeout 180 env LD_PRELOAD="$shim" GPUSLICE_SHM_DIR="$shm_torch" GPUSLICE_LOG=1 \
           GPUSLICE_SLICE="verify-$$-torch-$first-$share" GPUSLICE_COMPUTE_SHARE_MILLI=$share \
-          GPUSLICE_SHARE_POLICY=strict GPUSLICE_CONTEXT_RESERVE_MIB=$context_mib \
+          GPUSLICE_SHARE_POLICY=strict \
           python3 "$repo/tests/gpu/torch_share.py" --seconds $share_seconds \
           >"$work/torch-$first.$share" 2>>"$log" &
         bg_pids+=($!)
