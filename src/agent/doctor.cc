@@ -21,11 +21,18 @@ std::vector<long> VersionParts(const std::string& text) {
 
 std::string Quoted(const std::string& text) { return "'" + text + "'"; }
 
+// The driver branch of a version ("580.65.06" -> 580); 0 if it does not start with a number.
+int DriverBranch(const std::string& version) {
+  return static_cast<int>(std::strtol(version.c_str(), nullptr, 10));
+}
+
 // Compares the GI profiles the driver reports for a GPU with the catalog's model: profiles the
-// catalog lacks (WARN), and names or memory sizes that differ (INFO; drivers rename profiles and
-// change memory sizes between versions, mig-facts §0.5).
+// catalog lacks (WARN), catalog profiles the driver does not offer (WARN: layouts using them
+// cannot be applied; INFO when the catalog says they need a newer driver branch than `driver`),
+// and names or memory sizes that differ (INFO; drivers rename profiles and change memory sizes
+// between versions, mig-facts §0.5).
 void CompareProfiles(device::Backend& backend, const device::GpuInfo& info,
-                     const hw::GpuModel& model, const std::string& gpu,
+                     const hw::GpuModel& model, const std::string& driver, const std::string& gpu,
                      std::vector<Check>& checks) {
   absl::StatusOr<std::vector<device::GpuInstanceProfileInfo>> profiles =
       backend.ListGpuInstanceProfiles(info.index);
@@ -69,6 +76,28 @@ void CompareProfiles(device::Backend& backend, const device::GpuInfo& info,
         }
       }
       checks.push_back({CheckLevel::kInfo, gpu, what + ")", ""});
+    }
+  }
+  const int branch = DriverBranch(driver);
+  for (const hw::GiProfile& known : mig.profiles) {
+    bool offered = false;
+    for (const device::GpuInstanceProfileInfo& profile : *profiles) {
+      offered = offered || profile.id == known.smi_id;
+    }
+    if (offered) continue;
+    ++differences;
+    const std::string what = "driver does not offer " + known.name + " (profile ID " +
+                             std::to_string(known.smi_id) + ") that the catalog lists for " +
+                             model.id;
+    if (known.min_driver_branch > 0 && branch > 0 && branch < known.min_driver_branch) {
+      checks.push_back(
+          {CheckLevel::kInfo, gpu,
+           what + ": it needs driver R" + std::to_string(known.min_driver_branch) + " or newer",
+           ""});
+    } else {
+      checks.push_back({CheckLevel::kWarn, gpu, what + ": layouts that use it cannot be applied",
+                        "compare `nvidia-smi mig -lgip` with the catalog and correct it with "
+                        "--catalog FILE (docs/CATALOG.md)"});
     }
   }
   if (differences == 0) {
@@ -218,7 +247,7 @@ std::vector<Check> RunDoctor(device::Backend& backend, const hw::Catalog& catalo
     }
     if (model != nullptr && model->mig) {
       if (info.mig_current == device::MigMode::kEnabled) {
-        CompareProfiles(backend, info, *model, gpu, checks);
+        CompareProfiles(backend, info, *model, *driver, gpu, checks);
       } else {
         checks.push_back({CheckLevel::kInfo, gpu,
                           "GPU instance profiles not compared with the catalog: the driver lists "

@@ -46,10 +46,13 @@ inline constexpr unsigned kMigEnable = 1;
 
 // NVML_GPU_INSTANCE_PROFILE_* constants run from 0x00 (1_SLICE) to 0x11 (3_SLICE_GFX); the count is
 // the first invalid value (nvmlDeviceGetGpuInstanceProfileInfo answers INVALID_ARGUMENT there).
+// The R590 reference ends at 2_SLICE_ALL_ME 0x10 (COUNT 0x11); 3_SLICE_GFX came with NVML v595,
+// so older drivers answer INVALID_ARGUMENT for 0x11.
 inline constexpr unsigned kGpuInstanceProfileCount = 0x12;
 // NVML_COMPUTE_INSTANCE_PROFILE_* constants (1_SLICE 0, 2_SLICE 1, 3_SLICE 2, 4_SLICE 3, 7_SLICE 4,
-// 8_SLICE 5, 6_SLICE 6, 1_SLICE_REV1 7, 2_SLICE_REV1 8). CI profile ids equal these constants.
-inline constexpr unsigned kComputeInstanceProfileCount = 0x9;
+// 8_SLICE 5, 6_SLICE 6, 1_SLICE_REV1 7); NVML_COMPUTE_INSTANCE_PROFILE_COUNT is 0x8 (NVML API
+// reference, R590; there is no 2_SLICE_REV1 CI constant). CI profile ids equal these constants.
+inline constexpr unsigned kComputeInstanceProfileCount = 0x8;
 // NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, the only engine profile.
 inline constexpr unsigned kComputeInstanceEngineProfileShared = 0;
 inline constexpr unsigned kComputeInstanceEngineProfileCount = 1;

@@ -2,9 +2,11 @@
 //
 // The pre-deployment checklist for one node, each check pass / warn / fail with the fix:
 // the driver library and its version against each GPU's MIG minimum (mig-facts §7), the CUDA
-// driver library, MIG capability, MIG mode and a pending change, what holds each GPU and would
-// block a reset (daemons, the display driver, processes), and the Kubernetes GPU components and
-// monitoring agents that must be paused during a MIG reconfiguration.
+// driver library, MIG capability, MIG mode and a pending change, the driver's GPU-instance
+// profiles against the catalog (profiles either side lacks, names and memory sizes that differ),
+// what holds each GPU and would block a reset (daemons, the display driver, processes), and the
+// Kubernetes GPU components and monitoring agents that must be paused during a MIG
+// reconfiguration.
 #pragma once
 
 #include <string>
