@@ -5,7 +5,7 @@
 # malloc and works the same. Never with the sanitizers, which bring their own allocator.
 option(GPUSLICE_JEMALLOC "Link gpuslice and load_bench with jemalloc when it is installed" ON)
 add_library(gpuslice_malloc INTERFACE)
-if(GPUSLICE_JEMALLOC AND NOT GPUSLICE_SANITIZE)
+if(GPUSLICE_JEMALLOC AND NOT GPUSLICE_SANITIZE AND NOT GPUSLICE_TSAN)
   find_package(PkgConfig REQUIRED)
   pkg_check_modules(JEMALLOC QUIET IMPORTED_TARGET jemalloc)
   if(JEMALLOC_FOUND)

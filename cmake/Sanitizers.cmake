@@ -4,6 +4,16 @@ if(GPUSLICE_SANITIZE)
   add_link_options(-fsanitize=address,undefined)
 endif()
 
+# GPUSLICE_TSAN=ON builds everything with ThreadSanitizer; scripts/test.sh --tsan builds and runs
+# the concurrency-heavy tests with it (any report fails the test: TSAN_OPTIONS there).
+if(GPUSLICE_TSAN)
+  if(GPUSLICE_SANITIZE)
+    message(FATAL_ERROR "GPUSLICE_TSAN and GPUSLICE_SANITIZE cannot be combined")
+  endif()
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+endif()
+
 # GPUSLICE_FUZZ=ON (clang only) instruments everything for libFuzzer with ASan + UBSan and builds
 # the harnesses in fuzz/ (target `fuzzers`); scripts/fuzz.sh configures and runs it.
 if(GPUSLICE_FUZZ)

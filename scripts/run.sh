@@ -16,8 +16,7 @@ scripts/setup.sh
 # Only what this script runs (the gpuslice command), with ninja's progress; scripts/test.sh builds
 # the tests and benchmarks.
 echo "building build/gpuslice (the first time takes a while on a small machine)"
-cmake -S . -B build -G Ninja >/dev/null
-cmake --build build --target gpuslice -j"$(nproc)"
+scripts/build.sh build --targets gpuslice
 g=./build/gpuslice
 run() { echo; echo "\$ gpuslice $*"; "$g" "$@"; }
 section() { echo; echo "== $*"; }

@@ -13,6 +13,7 @@ PACKAGES=(
   postgresql
   prometheus
   clang libclang-rt-14-dev
+  ccache
 )
 
 missing=()

@@ -148,6 +148,27 @@ absl::Status MapRegion(int fd, const std::string& path, bool take_flock, Mapping
   return status;
 }
 
+// pthread_mutex_clocklock on CLOCK_MONOTONIC (immune to changes of the wall clock). GCC 12's
+// ThreadSanitizer does not intercept it, so it would see the unlock without the lock and report
+// it: under ThreadSanitizer the wait's deadline is taken on CLOCK_REALTIME instead.
+int ClockLock(pthread_mutex_t* mutex, const timespec* monotonic_deadline) {
+#if defined(__SANITIZE_THREAD__)
+  timespec now_monotonic{};
+  timespec now_realtime{};
+  clock_gettime(CLOCK_MONOTONIC, &now_monotonic);
+  clock_gettime(CLOCK_REALTIME, &now_realtime);
+  const long long left_ns = (monotonic_deadline->tv_sec - now_monotonic.tv_sec) * 1'000'000'000LL +
+                            (monotonic_deadline->tv_nsec - now_monotonic.tv_nsec);
+  const long long until_ns =
+      now_realtime.tv_sec * 1'000'000'000LL + now_realtime.tv_nsec + (left_ns > 0 ? left_ns : 0);
+  const timespec deadline{static_cast<time_t>(until_ns / 1'000'000'000LL),
+                          static_cast<long>(until_ns % 1'000'000'000LL)};
+  return pthread_mutex_timedlock(mutex, &deadline);
+#else
+  return pthread_mutex_clocklock(mutex, CLOCK_MONOTONIC, monotonic_deadline);
+#endif
+}
+
 // Holds the region's robust mutex for a scope. A holder that died leaves EOWNERDEAD: the mutex is
 // marked consistent (the region's counts are taken as they are; the interposer reclaims the dead
 // process's slot when it next needs room).
@@ -169,7 +190,7 @@ class RegionLock {
     deadline.tv_nsec %= 1'000'000'000L;
     int rc = 0;
     do {
-      rc = pthread_mutex_clocklock(&region_.lock, CLOCK_MONOTONIC, &deadline);
+      rc = ClockLock(&region_.lock, &deadline);
     } while (rc == EINTR);
     if (rc == EOWNERDEAD) {
       pthread_mutex_consistent(&region_.lock);

@@ -96,7 +96,9 @@ void VirtualTimeline::SleepUntilNs(std::uint64_t ns) {
   WaitForTurnLocked(lock, self);
 }
 
-VirtualGpu::VirtualGpu(VirtualTimeline* timeline) : timeline_(timeline) {}
+VirtualGpu::VirtualGpu(Clock* clock) : clock_(clock) {}
+
+void VirtualGpu::ActAs(int actor) { t_actor = actor; }
 
 VirtualGpu::~VirtualGpu() {
   if (g_gpu == this) {
@@ -136,7 +138,7 @@ int VirtualGpu::ActorOfStream(cuda::CUstream stream) {
 
 std::uint64_t VirtualGpu::Launch(std::uint64_t duration_ns) {
   const int actor = VirtualTimeline::Self();
-  const std::uint64_t now = timeline_->NowNs();
+  const std::uint64_t now = clock_->NowNs();
   std::lock_guard<std::mutex> hold(mutex_);
   std::uint64_t& context_end = context_end_ns_[actor];
   const std::uint64_t start = std::max({now, context_end, engine_free_ns_});
@@ -186,7 +188,7 @@ cuda::CUresult VirtualGpu::EventCreate(cuda::CUevent* event, unsigned int) {
 cuda::CUresult VirtualGpu::EventRecord(cuda::CUevent event, cuda::CUstream stream) {
   const int actor = ActorOfStream(stream);
   const auto index = reinterpret_cast<std::uintptr_t>(event);
-  const std::uint64_t now = g_gpu->timeline_->NowNs();
+  const std::uint64_t now = g_gpu->clock_->NowNs();
   std::lock_guard<std::mutex> hold(g_gpu->mutex_);
   if (actor < 0 || index == 0 || index > g_gpu->events_.size()) {
     return cuda::CUDA_ERROR_INVALID_HANDLE;
@@ -197,7 +199,7 @@ cuda::CUresult VirtualGpu::EventRecord(cuda::CUevent event, cuda::CUstream strea
 
 cuda::CUresult VirtualGpu::EventQuery(cuda::CUevent event) {
   const auto index = reinterpret_cast<std::uintptr_t>(event);
-  const std::uint64_t now = g_gpu->timeline_->NowNs();
+  const std::uint64_t now = g_gpu->clock_->NowNs();
   std::lock_guard<std::mutex> hold(g_gpu->mutex_);
   if (index == 0 || index > g_gpu->events_.size()) return cuda::CUDA_ERROR_INVALID_HANDLE;
   return g_gpu->events_[index - 1] <= now ? cuda::CUDA_SUCCESS : cuda::CUDA_ERROR_NOT_READY;
@@ -211,7 +213,7 @@ cuda::CUresult VirtualGpu::EventSynchronize(cuda::CUevent event) {
     if (index == 0 || index > g_gpu->events_.size()) return cuda::CUDA_ERROR_INVALID_HANDLE;
     at = g_gpu->events_[index - 1];
   }
-  g_gpu->timeline_->SleepUntilNs(at);
+  g_gpu->clock_->SleepUntilNs(at);
   return cuda::CUDA_SUCCESS;
 }
 

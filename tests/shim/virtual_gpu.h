@@ -7,7 +7,8 @@
 // (ties: the one that has waited longest), and time jumps to its wake-up. Nothing else runs in
 // between, so a run is a pure function of its actors.
 //
-// VirtualGpu is one GPU engine on that timeline behind the driver functions the throttle calls
+// VirtualGpu is one GPU engine on a clock (that timeline, or the real one for tests of threads)
+// behind the driver functions the throttle calls
 // (src/shim/driver.h): kernels from every context run one at a time in the order they were
 // launched, each starting at the latest of its launch, the end of its context's previous kernel
 // and the end of the engine's previous kernel (the test CUDA library's timeline without its
@@ -74,13 +75,17 @@ struct TracedKernel {
 
 class VirtualGpu {
  public:
-  explicit VirtualGpu(VirtualTimeline* timeline);
+  // `clock`: a VirtualTimeline (whose actors call the driver functions), or MonotonicClock() with
+  // threads that name themselves with ActAs.
+  explicit VirtualGpu(Clock* clock);
   ~VirtualGpu();
   VirtualGpu(const VirtualGpu&) = delete;
   VirtualGpu& operator=(const VirtualGpu&) = delete;
 
   // Puts this GPU's functions into the driver table (g_driver).
   void Install();
+  // Makes the calling thread actor `actor` (for threads not run by a VirtualTimeline).
+  static void ActAs(int actor);
   // The context and stream of an actor (one each).
   static cuda::CUcontext ContextOf(int actor);
   static cuda::CUstream StreamOf(int actor);
@@ -103,7 +108,7 @@ class VirtualGpu {
  private:
   static int ActorOfStream(cuda::CUstream stream);
 
-  VirtualTimeline* timeline_;
+  Clock* clock_;
   std::mutex mutex_;
   std::uint64_t engine_free_ns_ = 0;
   std::map<int, std::uint64_t> context_end_ns_;
