@@ -55,13 +55,29 @@ struct GpuType {
 // options merged (their demands add up; exact for the integer program).
 struct DemandClass {
   std::vector<int> workloads;
+  std::vector<double> shares;  // per workload: its part of `demand`
   bool by_throughput = false;
   double demand = 0;
   int min_instances = 1;
   std::vector<SizedOption> options;
   std::vector<int> y_columns;  // one per option
-  int slack_column = -1;
+  // Demand left out, penalised: slack_columns[i] (integer) leaves out slack_weights[i] of the
+  // demand per unit. A throughput class has one binary slack (the workload); a replica class
+  // either one slack per replica (while the fleet holds every workload) or, with per-workload
+  // penalties, one binary slack per workload weighted by its share (see Planner).
+  std::vector<int> slack_columns;
+  std::vector<double> slack_weights;
 };
+
+// The demand `values` leave out of class `demand` (whole units of its slacks).
+double LeftOut(const DemandClass& demand, const std::vector<double>& values) {
+  double left = 0;
+  for (size_t i = 0; i < demand.slack_columns.size(); ++i) {
+    left += demand.slack_weights[i] *
+            std::floor(values[static_cast<size_t>(demand.slack_columns[i])] + 1e-6);
+  }
+  return left;
+}
 
 struct ModelConfigs {
   std::vector<Config> configs;  // MIG configs first, then the whole-GPU config (if any)
@@ -159,6 +175,17 @@ class Planner {
   // planner.h).
   absl::StatusOr<std::optional<double>> SolveWholeProgram(double time_limit_s);
 
+  // How workloads left out are penalised. A workload is placed whole or not at all, so the
+  // objective is the number of workloads left out (then the cost): with per-workload penalties
+  // each replica class has a binary slack per workload. Its relaxation is much weaker than one
+  // slack per replica (the 1,000-GPU benchmark went from proven in 1 s to unproven in 10 s), and
+  // the two agree whenever nothing is left out, so a run starts with a slack per replica and
+  // switches when its relaxation leaves something out; Plan() plans again with per-workload
+  // penalties when the integer plan left a workload out for lack of room.
+  void PenaliseEachWorkload() { per_workload_penalty_ = true; }
+  bool penalises_each_workload() const { return per_workload_penalty_; }
+  bool short_of_room() const { return short_of_room_; }
+
  private:
   absl::Status BuildFleet();
   void BuildClasses();
@@ -210,9 +237,9 @@ class Planner {
     std::vector<std::vector<int>> x_columns;  // per type, one per config
     // Per class: y (replica) or pattern columns (with those column generation adds).
     std::vector<std::vector<int>> columns;
-    std::vector<int> slack;             // per class
-    std::vector<int> class_row;         // per class: its cover row (replica) or convexity row
-    std::vector<int> availability_row;  // per type: sum of its x columns (-1 without configs)
+    std::vector<std::vector<int>> slack;  // per class: as DemandClass::slack_columns
+    std::vector<int> class_row;           // per class: its cover row (replica) or convexity row
+    std::vector<int> availability_row;    // per type: sum of its x columns (-1 without configs)
     std::map<Slot, int> supply_row;
     std::vector<std::vector<int>> option_rows;  // per class and option: its supply row
     // GPUs of one price, whatever their model: the objective is a function of how many GPUs of
@@ -314,7 +341,8 @@ class Planner {
   std::vector<DemandClass> classes_;
   LinearProgram program_;
   double penalty_ = 1;
-  bool short_of_room_ = false;  // some workload did not fit the fleet
+  bool per_workload_penalty_ = false;  // see PenaliseEachWorkload()
+  bool short_of_room_ = false;         // some workload did not fit the fleet
   // Re-planning: per fleet GPU, the running instances that stay (null for a fresh plan).
   const std::vector<std::vector<PlannedInstance>>* pinned_ = nullptr;
   std::vector<double> remaining_;    // per workload: demand not covered by kept instances
@@ -456,6 +484,7 @@ void Planner::BuildClasses() {
       if (!inserted) {
         DemandClass& existing = classes_[static_cast<size_t>(it->second)];
         existing.workloads.push_back(static_cast<int>(w));
+        existing.shares.push_back(remaining_[w]);
         existing.demand += remaining_[w];
         continue;
       }
@@ -464,6 +493,7 @@ void Planner::BuildClasses() {
     demand.workloads.push_back(static_cast<int>(w));
     demand.by_throughput = sizing.by_throughput;
     demand.demand = std::max(remaining_[w], sizing.by_throughput ? 0.0 : 1.0);
+    demand.shares.push_back(demand.demand);
     demand.min_instances = std::max(min_remaining, 1);
     demand.options = sizing.options;
     classes_.push_back(std::move(demand));
@@ -507,6 +537,18 @@ std::vector<Config> Planner::PinnedConfigs(const GpuType& type,
 }
 
 void Planner::BuildProgram() {
+  // (Again from scratch when the penalties change.)
+  program_ = LinearProgram();
+  supply_rows_.clear();
+  for (GpuType& type : types_) {
+    type.configs.clear();
+    type.x_columns.clear();
+  }
+  for (DemandClass& demand : classes_) {
+    demand.y_columns.clear();
+    demand.slack_columns.clear();
+    demand.slack_weights.clear();
+  }
   // Configs per model over the profiles any class may use there.
   std::map<const hw::GpuModel*, std::set<int>> used_profiles;
   for (const DemandClass& demand : classes_) {
@@ -556,11 +598,13 @@ void Planner::BuildProgram() {
       supply[{option.model, option.profile}].emplace_back(column, 1.0);
     }
     if (demand.by_throughput) {
-      demand.slack_column = program_.AddColumn(penalty_, 0, 1, true);
-      cover.emplace_back(demand.slack_column, demand.demand);
+      const int slack = program_.AddColumn(penalty_, 0, 1, true);
+      demand.slack_columns = {slack};
+      demand.slack_weights = {demand.demand};
+      cover.emplace_back(slack, demand.demand);
       program_.AddRow(std::move(cover), demand.demand, internal::kInfinity);
       if (demand.min_instances > 1) {
-        count.emplace_back(demand.slack_column, demand.min_instances);
+        count.emplace_back(slack, demand.min_instances);
         program_.AddRow(std::move(count), demand.min_instances, internal::kInfinity);
       }
       // Rounding cuts (Chvatal-Gomory): in units of any option's capacity u, each instance counts
@@ -588,12 +632,22 @@ void Planner::BuildProgram() {
           cut.emplace_back(demand.y_columns[o],
                            std::ceil(demand.options[o].capacity / unit - kEps));
         }
-        cut.emplace_back(demand.slack_column, needed);
+        cut.emplace_back(slack, needed);
         program_.AddRow(std::move(cut), needed, internal::kInfinity);
       }
     } else {
-      demand.slack_column = program_.AddColumn(penalty_, 0, demand.demand, true);
-      cover.emplace_back(demand.slack_column, 1.0);
+      if (per_workload_penalty_) {
+        for (double share : demand.shares) {
+          demand.slack_columns.push_back(program_.AddColumn(penalty_, 0, 1, true));
+          demand.slack_weights.push_back(share);
+        }
+      } else {
+        demand.slack_columns = {program_.AddColumn(penalty_, 0, demand.demand, true)};
+        demand.slack_weights = {1.0};
+      }
+      for (size_t i = 0; i < demand.slack_columns.size(); ++i) {
+        cover.emplace_back(demand.slack_columns[i], demand.slack_weights[i]);
+      }
       program_.AddRow(std::move(cover), demand.demand, internal::kInfinity);
     }
   }
@@ -655,7 +709,7 @@ std::vector<std::vector<int>> Planner::RoundInstances(const std::vector<double>&
     const size_t n = demand.options.size();
     counts[k].assign(n, 0);
     // Throughput workloads: the cheapest cover on the model the LP leaned towards.
-    if (demand.by_throughput && values[static_cast<size_t>(demand.slack_column)] < 0.5) {
+    if (demand.by_throughput && values[static_cast<size_t>(demand.slack_columns[0])] < 0.5) {
       std::map<const hw::GpuModel*, double> capacity_on;
       for (size_t o = 0; o < n; ++o) {
         capacity_on[demand.options[o].model] +=
@@ -690,11 +744,11 @@ std::vector<std::vector<int>> Planner::RoundInstances(const std::vector<double>&
       instances += whole;
       fractions.emplace_back(value - whole, o);
     }
-    // A class the LP left (partly) unplaced stays unplaced to the same degree.
-    const double slack = values[static_cast<size_t>(demand.slack_column)];
-    double target = demand.demand;
-    if (!demand.by_throughput) target -= std::floor(slack + kEps);
-    if (demand.by_throughput && slack > 0.5) continue;
+    // Workloads the LP left out stay out.
+    if (demand.by_throughput && values[static_cast<size_t>(demand.slack_columns[0])] > 0.5) {
+      continue;
+    }
+    const double target = demand.demand - (demand.by_throughput ? 0 : LeftOut(demand, values));
     // Cover the rest with the options the LP leaned towards, largest fraction first.
     std::stable_sort(fractions.begin(), fractions.end(),
                      [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -952,8 +1006,16 @@ std::vector<std::vector<int>> Planner::PriceCovers(const Solution& lp, double* b
     // the exact price of the tie-optimal cover may exceed it: search again only for the bound.
     CoverSearch exact{exact_price, capacity, demand.demand, min_instances, {}, {}, {}};
     exact.Run();
-    const double slack_price = penalty_ * (demand.by_throughput ? 1.0 : demand.demand);
-    lagrangian += std::min(exact.best_price, slack_price);
+    if (demand.by_throughput) {
+      lagrangian += std::min(exact.best_price, penalty_);
+    } else if (!per_workload_penalty_) {
+      lagrangian += std::min(exact.best_price, penalty_ * demand.demand);
+    } else {
+      // Each instance covers one replica at no less than the cheapest price, so leaving out the
+      // workloads S costs at least |S| penalties + that price x the other workloads' shares.
+      const double cheapest_price = *std::min_element(exact_price.begin(), exact_price.end());
+      for (double share : demand.shares) lagrangian += std::min(penalty_, cheapest_price * share);
+    }
     counts[k] = search.best.empty() ? std::vector<int>(demand.options.size(), 0) : search.best;
   }
   // GPUs: any config whose instances are worth more than the GPU is bought as often as allowed.
@@ -1029,8 +1091,12 @@ Planner::Master Planner::BuildMaster(
         cover.emplace_back(column, 1.0);
         supply[{option.model, option.profile}].emplace_back(column, 1.0);
       }
-      master.slack[k] = program.AddColumn(penalty_, 0, demand.demand, true);
-      cover.emplace_back(master.slack[k], 1.0);
+      for (size_t i = 0; i < demand.slack_columns.size(); ++i) {
+        const double weight = demand.slack_weights[i];
+        master.slack[k].push_back(
+            program.AddColumn(penalty_, 0, per_workload_penalty_ ? 1.0 : demand.demand, true));
+        cover.emplace_back(master.slack[k].back(), weight);
+      }
       master.class_row[k] = program.rows();
       program.AddRow(std::move(cover), demand.demand, internal::kInfinity);
       continue;
@@ -1050,8 +1116,8 @@ Planner::Master Planner::BuildMaster(
         }
       }
     }
-    master.slack[k] = program.AddColumn(penalty_, 0, 1, true);
-    choose.emplace_back(master.slack[k], 1.0);
+    master.slack[k] = {program.AddColumn(penalty_, 0, 1, true)};
+    choose.emplace_back(master.slack[k][0], 1.0);
     master.class_row[k] = program.rows();
     program.AddRow(std::move(choose), 1, 1);
   }
@@ -1605,8 +1671,10 @@ std::optional<std::vector<std::vector<int>>> Planner::PackOptimal(
       fixed.col_lower_[static_cast<size_t>(column)] = values[static_cast<size_t>(column)];
       fixed.col_upper_[static_cast<size_t>(column)] = values[static_cast<size_t>(column)];
     }
-    const size_t slack = static_cast<size_t>(demand.slack_column);
-    fixed.col_lower_[slack] = fixed.col_upper_[slack] = values[slack];
+    for (int column : demand.slack_columns) {
+      const size_t slack = static_cast<size_t>(column);
+      fixed.col_lower_[slack] = fixed.col_upper_[slack] = values[slack];
+    }
   }
   const Solution solution = internal::SolveMip(fixed, time_limit_s);
   if (!solution.has_solution) return std::nullopt;
@@ -1737,13 +1805,31 @@ std::vector<double> Planner::StartVector(const std::vector<std::vector<int>>& co
       covered += counts[k][o] * demand.options[o].capacity;
     }
     const int instances = std::accumulate(counts[k].begin(), counts[k].end(), 0);
-    double slack = 0;
-    if (covered + kEps < demand.demand) {
-      slack = demand.by_throughput ? 1 : std::ceil(demand.demand - covered - kEps);
-    } else if (demand.by_throughput && instances < demand.min_instances) {
-      slack = 1;  // too few instances: the workload is left out as surely as when short
+    if (demand.by_throughput) {
+      // Short, or too few instances: the workload is left out as surely either way.
+      if (covered + kEps < demand.demand || instances < demand.min_instances) {
+        start[static_cast<size_t>(demand.slack_columns[0])] = 1;
+      }
+      continue;
     }
-    start[static_cast<size_t>(demand.slack_column)] = slack;
+    if (!per_workload_penalty_) {
+      if (covered + kEps < demand.demand) {
+        start[static_cast<size_t>(demand.slack_columns[0])] =
+            std::ceil(demand.demand - covered - kEps);
+      }
+      continue;
+    }
+    // A replica class short of instances leaves out its fewest workloads: the largest first.
+    std::vector<size_t> largest(demand.shares.size());
+    std::iota(largest.begin(), largest.end(), 0);
+    std::stable_sort(largest.begin(), largest.end(),
+                     [&](size_t a, size_t b) { return demand.shares[a] > demand.shares[b]; });
+    double short_by = demand.demand - covered;
+    for (size_t i : largest) {
+      if (short_by <= kEps) break;
+      start[static_cast<size_t>(demand.slack_columns[i])] = 1;
+      short_by -= demand.shares[i];
+    }
   }
   return start;
 }
@@ -1825,11 +1911,26 @@ void Planner::Materialise(const std::vector<std::vector<int>>& counts,
       }
       continue;
     }
-    // Replica class: interleave so each workload's replicas stay spread.
+    // Replica class: as many workloads as the instances hold (the smallest first, as the
+    // program leaves out the fewest; the rest are left unplaced below), each taking its
+    // replicas in turn so that they stay spread.
+    auto wanted_by = [&](int w) {
+      return static_cast<size_t>(std::llround(remaining_[static_cast<size_t>(w)]));
+    };
+    std::vector<int> smallest = demand.workloads;
+    std::stable_sort(smallest.begin(), smallest.end(),
+                     [&](int a, int b) { return wanted_by(a) < wanted_by(b); });
+    std::set<int> placed;
+    size_t room = got.size();
+    for (int w : smallest) {
+      if (wanted_by(w) > room) break;
+      room -= wanted_by(w);
+      placed.insert(w);
+    }
     size_t cursor = 0;
     for (int w : demand.workloads) {
-      const int wanted = static_cast<int>(std::llround(remaining_[static_cast<size_t>(w)]));
-      if (got.size() - cursor < static_cast<size_t>(wanted)) break;  // left unplaced below
+      if (placed.count(w) == 0) continue;
+      const int wanted = static_cast<int>(wanted_by(w));
       for (int i = 0; i < wanted; ++i, ++cursor) {
         const auto& [where, o] = got[cursor];
         PlannedInstance& instance = result_.gpus[static_cast<size_t>(where.first)]
@@ -2085,7 +2186,13 @@ absl::StatusOr<PlanResult> Planner::Run() {
   BuildProgram();
 
   // Fast: LP relaxation, rounding, greedy completion. Its value bounds every plan from below.
-  const Solution lp = internal::SolveLp(program_, std::max(options_.time_limit_s, 1.0));
+  Solution lp = internal::SolveLp(program_, std::max(options_.time_limit_s, 1.0));
+  if (lp.has_solution && lp.objective >= penalty_ - kEps && !per_workload_penalty_) {
+    // Even the relaxation leaves demand out: count the workloads left out from here on.
+    per_workload_penalty_ = true;
+    BuildProgram();
+    lp = internal::SolveLp(program_, std::max(options_.time_limit_s, 1.0));
+  }
   if (!lp.has_solution) {
     return absl::InternalError("the LP relaxation could not be solved (CLP)");
   }
@@ -2098,7 +2205,7 @@ absl::StatusOr<PlanResult> Planner::Run() {
   std::vector<std::vector<int>> priced = PriceCovers(lp, &lagrangian);
   for (size_t k = 0; k < classes_.size(); ++k) {
     if (!classes_[k].by_throughput ||
-        lp.values[static_cast<size_t>(classes_[k].slack_column)] > 0.5) {
+        lp.values[static_cast<size_t>(classes_[k].slack_columns[0])] > 0.5) {
       priced[k] = counts[k];
     }
   }
@@ -2257,12 +2364,39 @@ absl::StatusOr<PlanResult> Planner::Run() {
   return std::move(result_);
 }
 
+// Plans, and when that leaves a workload out for lack of room with a slack per replica (whose
+// optimum may leave out part of several workloads, each then dropped whole), plans again with
+// per-workload penalties and keeps the plan that leaves out fewer workloads (then the cheaper).
+absl::StatusOr<PlanResult> PlanLeavingOutFewest(
+    const WorkloadSet& workloads, const Fleet& fleet, const hw::Catalog& catalog,
+    const PlanOptions& options, const std::vector<std::vector<PlannedInstance>>* kept) {
+  const auto started = std::chrono::steady_clock::now();
+  Planner planner(workloads, fleet, catalog, options);
+  planner.SetPinned(kept);
+  absl::StatusOr<PlanResult> first = planner.Run();
+  if (!first.ok() || !planner.short_of_room() || planner.penalises_each_workload()) return first;
+  PlanOptions again = options;
+  again.time_limit_s =
+      std::max(options.time_limit_s - SecondsSince(started), std::min(1.0, options.time_limit_s));
+  Planner second(workloads, fleet, catalog, again);
+  second.SetPinned(kept);
+  second.PenaliseEachWorkload();
+  absl::StatusOr<PlanResult> other = second.Run();
+  PlanResult* best = &*first;
+  if (other.ok() && (other->unplaced.size() < first->unplaced.size() ||
+                     (other->unplaced.size() == first->unplaced.size() &&
+                      other->cost_per_hour < first->cost_per_hour - kEps))) {
+    best = &*other;
+  }
+  best->solve_seconds = SecondsSince(started);
+  return std::move(*best);
+}
+
 }  // namespace
 
 absl::StatusOr<PlanResult> Plan(const WorkloadSet& workloads, const Fleet& fleet,
                                 const hw::Catalog& catalog, const PlanOptions& options) {
-  Planner planner(workloads, fleet, catalog, options);
-  return planner.Run();
+  return PlanLeavingOutFewest(workloads, fleet, catalog, options, nullptr);
 }
 
 absl::StatusOr<std::optional<double>> Planner::SolveWholeProgram(double time_limit_s) {
@@ -2328,9 +2462,7 @@ absl::StatusOr<std::optional<double>> WholeProgramOptimum(const WorkloadSet& wor
 absl::StatusOr<PlanResult> PlanKeeping(const WorkloadSet& workloads, const Fleet& fleet,
                                        const hw::Catalog& catalog, const PlanOptions& options,
                                        const std::vector<std::vector<PlannedInstance>>& kept) {
-  Planner planner(workloads, fleet, catalog, options);
-  planner.SetPinned(&kept);
-  return planner.Run();
+  return PlanLeavingOutFewest(workloads, fleet, catalog, options, &kept);
 }
 
 }  // namespace internal

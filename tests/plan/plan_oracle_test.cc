@@ -2,7 +2,8 @@
 // workloads, where every plan must pass the oracle's own feasibility check, sizing must agree
 // with the oracle's, and whenever the planner calls a plan optimal it must cost exactly the
 // oracle's optimum (a compact assignment program solved by CBC, itself checked against brute
-// force on tiny fleets). Unlike tests/plan/plan_property_test.cc, nothing here builds the
+// force on tiny fleets), and when the fleet is too small, exact mode leaves out no workload that
+// fits beside the ones it placed. Unlike tests/plan/plan_property_test.cc, nothing here builds the
 // planner's model through the planner's functions, so a modelling error shows up as a
 // disagreement instead of being repeated on both sides.
 #include <gtest/gtest.h>
@@ -399,6 +400,32 @@ void Compare(const PlanResult& plan, const Optimum& optimum, const std::set<int>
   }
 }
 
+// When the fleet cannot hold every workload, a finished exact search leaves out as few workloads
+// as the fleet allows (docs/PLANNING.md, "Integer program"): none of those it left out fits
+// beside the ones it placed.
+void CheckLeftOut(const Case& c, const PlanResult& plan, const std::set<int>& unsatisfiable) {
+  for (const std::string& note : plan.notes) {
+    if (note.find("time limit") != std::string::npos) return;
+  }
+  std::set<int> left_out;
+  for (const auto& [w, reason] : plan.unplaced) {
+    if (unsatisfiable.count(w) == 0) left_out.insert(w);
+  }
+  for (int w : left_out) {
+    WorkloadSet more = c.workloads;
+    more.workloads.clear();
+    for (size_t v = 0; v < c.workloads.workloads.size(); ++v) {
+      if (left_out.count(static_cast<int>(v)) == 0 || static_cast<int>(v) == w) {
+        more.workloads.push_back(c.workloads.workloads[v]);
+      }
+    }
+    const Optimum optimum = oracle::SolveIlp(more, c.fleet, Catalog(), 30);
+    RC_LOG() << "w" << w << " beside the placed workloads: " << StatusName(optimum.status) << " "
+             << optimum.detail << "\n";
+    RC_ASSERT(optimum.status != Optimum::Status::kOptimal);
+  }
+}
+
 PlanResult PlanAndCheck(const Case& c, SolveMode mode, double time_limit_s) {
   PlanOptions options;
   options.mode = mode;
@@ -429,6 +456,7 @@ RC_GTEST_PROP(PlanOracle, ProvenPlansCostTheIndependentOptimum, ()) {
   const std::set<int> unsatisfiable = CheckSizing(exact, needs);
   RC_CLASSIFY(exact.proven_optimal, "exact mode proved its plan optimal");
   Compare(exact, optimum, unsatisfiable, /*exact_mode=*/true);
+  if (optimum.status == Optimum::Status::kInfeasible) CheckLeftOut(c, exact, unsatisfiable);
 
   const SolveMode other = Int(0, 1) == 0 ? SolveMode::kFast : SolveMode::kAuto;
   const PlanResult quick = PlanAndCheck(c, other, 1);
@@ -456,6 +484,89 @@ RC_GTEST_PROP(PlanOracle, TheProgramAgreesWithBruteForceOnTinyFleets, ()) {
   const std::set<int> unsatisfiable =
       CheckSizing(exact, oracle::Size(c.workloads, c.fleet, Catalog()));
   Compare(exact, brute, unsatisfiable, /*exact_mode=*/true);
+  if (brute.status == Optimum::Status::kInfeasible) CheckLeftOut(c, exact, unsatisfiable);
+}
+
+// ------------------------------------------------------------------- shrunk disagreements
+
+Case TwoWholeA100s() {
+  Case c;
+  Node node;
+  node.name = "node-0";
+  node.gpus.push_back(GpuGroup{"A100-40GB", 2, 1.0, /*mig_allowed=*/false, "fleet.yaml:1"});
+  c.fleet.nodes.push_back(node);
+  return c;
+}
+
+Workload WholeCardReplicas(const std::string& name, int replicas) {
+  Workload w;
+  w.name = name;
+  w.origin = "workloads.yaml:1";
+  w.replicas = replicas;
+  w.min_instances = 2;
+  w.peak_memory_gib = 34.78;  // 40.00 GiB with headroom: a whole A100-40GB each
+  return w;
+}
+
+// Found by ProvenPlansCostTheIndependentOptimum's left-out check (shrunk): two whole A100s, a
+// workload of three whole-card replicas (cannot fit) and a throughput workload that needs two
+// cards (fits alone). The program used to charge the penalty per replica left out, so placing
+// two of the three replicas (one penalty) beat placing the throughput workload (a penalty for
+// the three replicas); the replica workload, short, was then dropped whole and both ended
+// unplaced on an empty fleet. The program now charges per workload left out, as the report does.
+TEST(PlanOracleRegression, AWorkloadThatFitsIsNotLeftOutForOneThatDoesNot) {
+  Case c = TwoWholeA100s();
+  c.workloads.workloads.push_back(WholeCardReplicas("replicas", 3));
+  Workload served;
+  served.name = "served";
+  served.origin = "workloads.yaml:2";
+  served.throughput_rps = 50;
+  served.min_instances = 2;
+  PerfTable table;
+  table.gpu_model = "A100-40GB";
+  table.points.push_back(PerfPoint{0, "", 4, 1, 170.0, 1.75});  // the whole GPU
+  served.perf.push_back(table);
+  c.workloads.workloads.push_back(served);
+
+  WorkloadSet alone = c.workloads;
+  alone.workloads.erase(alone.workloads.begin());
+  const Optimum fits = oracle::SolveIlp(alone, c.fleet, Catalog(), 30);
+  ASSERT_EQ(fits.status, Optimum::Status::kOptimal) << fits.detail;
+  EXPECT_EQ(oracle::SolveIlp(c.workloads, c.fleet, Catalog(), 30).status,
+            Optimum::Status::kInfeasible);
+  for (SolveMode mode : {SolveMode::kExact, SolveMode::kAuto, SolveMode::kFast}) {
+    PlanOptions options;
+    options.mode = mode;
+    const absl::StatusOr<PlanResult> plan = Plan(c.workloads, c.fleet, Catalog(), options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(oracle::CheckPlan(*plan, c.workloads, c.fleet, Catalog()).empty());
+    ASSERT_EQ(plan->unplaced.size(), 1u) << Describe(*plan);
+    EXPECT_EQ(plan->unplaced[0].first, 0) << Describe(*plan);
+    EXPECT_DOUBLE_EQ(plan->cost_per_hour, fits.cost) << Describe(*plan);
+  }
+}
+
+// The same within one class: replica workloads with the same options are solved as one demand
+// (five replicas on two cards). The two-replica workload fits and is placed; the three-replica
+// one is left out, whichever comes first.
+TEST(PlanOracleRegression, AMergedReplicaClassLeavesOutTheFewestWorkloads) {
+  for (bool small_first : {false, true}) {
+    Case c = TwoWholeA100s();
+    c.workloads.workloads.push_back(WholeCardReplicas("three", 3));
+    c.workloads.workloads.push_back(WholeCardReplicas("two", 2));
+    if (small_first) std::swap(c.workloads.workloads[0], c.workloads.workloads[1]);
+    for (SolveMode mode : {SolveMode::kExact, SolveMode::kAuto, SolveMode::kFast}) {
+      PlanOptions options;
+      options.mode = mode;
+      const absl::StatusOr<PlanResult> plan = Plan(c.workloads, c.fleet, Catalog(), options);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_TRUE(oracle::CheckPlan(*plan, c.workloads, c.fleet, Catalog()).empty());
+      ASSERT_EQ(plan->unplaced.size(), 1u) << Describe(*plan);
+      EXPECT_EQ(c.workloads.workloads[static_cast<size_t>(plan->unplaced[0].first)].name, "three")
+          << Describe(*plan);
+      EXPECT_DOUBLE_EQ(plan->cost_per_hour, 2.0) << Describe(*plan);
+    }
+  }
 }
 
 // ----------------------------------------------------------------- the oracle's own facts
