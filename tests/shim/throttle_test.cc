@@ -64,9 +64,12 @@ TEST(ComputeShareBaseline, EveryLaunchPathRunsKernelsBackToBack) {
     EXPECT_EQ(Field(json, "errors"), 0);
     ASSERT_TRUE(json["work_per_window"].is_array()) << json.dump();
     ASSERT_GE(json["work_per_window"].size(), 2u) << json.dump();
-    // The whole first and second: the engine is this process's alone.
-    EXPECT_GE(json["work_per_window"][0].get<long long>(), 900'000'000) << json.dump();
-    EXPECT_GE(json["work_per_window"][1].get<long long>(), 900'000'000) << json.dump();
+    // Nearly the whole first and second: the engine is this process's alone (0.84-0.90 seen while
+    // a parallel build took both cores, when the probe's thread woke too late to keep four
+    // kernels queued). Without the interposer nothing holds it back: the share tests' 0.25 is
+    // the interposer's doing.
+    EXPECT_GE(json["work_per_window"][0].get<long long>(), 700'000'000) << json.dump();
+    EXPECT_GE(json["work_per_window"][1].get<long long>(), 700'000'000) << json.dump();
     long long sum = 0;
     for (const auto& w : json["work_per_window"]) sum += w.get<long long>();
     EXPECT_EQ(sum, Field(json, "launches") * 1'000'000);
