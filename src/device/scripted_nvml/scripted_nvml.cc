@@ -953,35 +953,37 @@ std::string CiText(const Ci* ci) {
          std::to_string(ci->id);
 }
 
-// Resolves a device handle; logs it. Returns 0 or the NVML code to answer.
-int ResolveDevice(Call& call, nvmlDevice_t handle, Device** out) {
-  if (call.state().devices.count(handle) == 0) {
-    call.Arg("device=invalid");
+bool Alive(const Device&) { return true; }
+bool Alive(const Gi& gi) { return gi.alive; }
+bool Alive(const Ci& ci) { return ci.alive; }
+std::string Text(const Device* device) { return DeviceText(device); }
+std::string Text(const Gi* gi) { return GiText(gi); }
+std::string Text(const Ci* ci) { return CiText(ci); }
+
+// Resolves a handle the library gave out (`known`: those of its kind) to its object, which must
+// still exist; logs it as `kind=...`. Returns 0 or the NVML code to answer.
+template <typename Object, typename HandleType>
+int Resolve(Call& call, HandleType handle, const std::set<const void*>& known, const char* kind,
+            Object** out) {
+  if (known.count(handle) == 0 || !Alive(*reinterpret_cast<Object*>(handle))) {
+    call.Arg(std::string(kind) + "=invalid");
     return kInvalidArgument;
   }
-  *out = reinterpret_cast<Device*>(handle);
-  call.Arg(DeviceText(*out));
+  *out = reinterpret_cast<Object*>(handle);
+  call.Arg(Text(*out));
   return 0;
+}
+
+int ResolveDevice(Call& call, nvmlDevice_t handle, Device** out) {
+  return Resolve(call, handle, call.state().devices, "device", out);
 }
 
 int ResolveGi(Call& call, nvmlGpuInstance_t handle, Gi** out) {
-  if (call.state().gis.count(handle) == 0 || !reinterpret_cast<Gi*>(handle)->alive) {
-    call.Arg("gi=invalid");
-    return kInvalidArgument;
-  }
-  *out = reinterpret_cast<Gi*>(handle);
-  call.Arg(GiText(*out));
-  return 0;
+  return Resolve(call, handle, call.state().gis, "gi", out);
 }
 
 int ResolveCi(Call& call, nvmlComputeInstance_t handle, Ci** out) {
-  if (call.state().cis.count(handle) == 0 || !reinterpret_cast<Ci*>(handle)->alive) {
-    call.Arg("ci=invalid");
-    return kInvalidArgument;
-  }
-  *out = reinterpret_cast<Ci*>(handle);
-  call.Arg(CiText(*out));
-  return 0;
+  return Resolve(call, handle, call.state().cis, "ci", out);
 }
 
 nvmlDevice_t Handle(Device* device) { return reinterpret_cast<nvmlDevice_t>(device); }
