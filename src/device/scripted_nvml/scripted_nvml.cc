@@ -851,9 +851,11 @@ struct Library {
   std::map<int, std::string> error_strings;
 };
 
+// Destroyed when the library is unloaded (NvmlBackend dlcloses it) or at exit; a heap object
+// kept for ever would be reported as a leak by LeakSanitizer once the library is unloaded.
 Library& Lib() {
-  static Library* library = new Library();  // never destroyed: NVML may be called at exit
-  return *library;
+  static Library library;
+  return library;
 }
 
 std::string Hex(unsigned value) {
