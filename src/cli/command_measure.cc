@@ -521,8 +521,8 @@ int Measure(const MeasureOptions& o, const GlobalOptions& global) {
   std::cout << "\ngpuslice measure: " << CommandText(o.command) << "\n"
             << absl::StrFormat("  exit code %d after %.2f s\n", child.exit_code, child.wall_s);
   std::cout << absl::StrFormat(
-      "  peak VRAM     %s (%.2f GiB), counting %s reserved per CUDA context "
-      "(GPUSLICE_CONTEXT_RESERVE_MIB)\n",
+      "  peak VRAM     %s (%.2f GiB), counting %s for the last CUDA context "
+      "(measured through NVML, else GPUSLICE_CONTEXT_RESERVE_MIB)\n",
       MibText(slice.peak_bytes), static_cast<double>(slice.peak_bytes) / kGib,
       MibText(slice.context_reserve_bytes));
   std::cout << absl::StrFormat("  allocations   %d", slice.allocations);

@@ -138,7 +138,7 @@ TEST_F(MeasureCliTest, AllocationsPeakAndHistogram) {
   const auto text = Measure("measure -- " + Probe() + " alloc --path alloc --mib 100 --count 5");
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_THAT(text.output, HasSubstr("peak VRAM     500.0 MiB"));
-  EXPECT_THAT(text.output, HasSubstr("counting 0.0 MiB reserved per CUDA context"));
+  EXPECT_THAT(text.output, HasSubstr("counting 0.0 MiB for the last CUDA context"));
   EXPECT_THAT(text.output, HasSubstr("allocations   5, most in 64-128 MiB (5)"));
   EXPECT_THAT(text.output, HasSubstr("-> 1g.10gb on H100-80GB"));
 }
