@@ -62,13 +62,24 @@ struct Summary {
   double failed = 0;
   double pods = 0;
   std::array<double, place::kCurvePoints> curve{};
+  std::vector<std::pair<std::uint64_t, double>> per_seed;  // (seed, unallocated GPUs)
 };
+
+nlohmann::json PerSeedJson(const Summary& summary) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [seed, unallocated] : summary.per_seed) {
+    out.push_back({{"seed", seed}, {"unallocated_gpus", unallocated}});
+  }
+  return out;
+}
 
 Summary Summarise(const std::string& policy, const std::vector<place::ReplayResult>& runs) {
   Summary summary;
   summary.policy = policy;
   summary.unallocated_min = 1e300;
   summary.unallocated_max = -1e300;
+  for (const place::ReplayResult& run : runs)
+    summary.per_seed.emplace_back(run.seed, run.unallocated_gpus);
   std::array<int, place::kCurvePoints> curve_count{};
   for (const place::ReplayResult& run : runs) {
     summary.unallocated += run.unallocated_gpus;
@@ -223,6 +234,7 @@ int RunReplay(const ReplayCliOptions& options) {
                                  {"failed_pods", s.failed},
                                  {"pods", s.pods},
                                  {"seconds_per_run", s.seconds},
+                                 {"per_seed", PerSeedJson(s)},
                                  {"curve", curve}});
     }
     PrintJson(out);
@@ -258,6 +270,13 @@ int RunReplay(const ReplayCliOptions& options) {
     curve.Add(row);
   }
   std::cout << curve.Render() << "\n";
+  // Per-seed lines first: the summary lines stay the last lines of the output.
+  for (const Summary& s : summaries) {
+    for (const auto& [seed, unallocated] : s.per_seed) {
+      std::cout << absl::StrFormat("replay-seed %s %s seed=%d unallocated_gpus=%.1f\n", trace,
+                                   s.policy, seed, unallocated);
+    }
+  }
   for (const Summary& s : summaries) {
     std::cout << absl::StrFormat("replay %s %s unallocated_gpus=%.1f alloc_ratio=%.2f seeds=%d\n",
                                  trace, s.policy, s.unallocated, s.alloc_ratio, seeds->size());

@@ -6,7 +6,6 @@
 #include <fstream>
 #include <limits>
 #include <map>
-#include <random>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -14,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "gpuslice/hw/catalog.h"
 #include "gpuslice/place/engine.h"
+#include "gpuslice/place/go_rand.h"
 
 namespace gpuslice::place {
 namespace {
@@ -233,36 +233,47 @@ std::int64_t PerGpuDemand(const Request& request) {
 
 Arrivals MakeArrivals(const std::vector<TracePod>& trace, int node_count, int total_gpus,
                       std::uint64_t seed, double target_ratio) {
-  std::mt19937_64 rng(seed);
+  // The artefact's order of draws from Go's global source (fgd-protocol.md §2.4): one Int()
+  // discarded, the name-sorted pods shuffled, the tuning's draws, then the node ranks.
+  GoRand rng(static_cast<std::int64_t>(seed));
+  rng.Int();
+  std::vector<const TracePod*> by_name;
+  by_name.reserve(trace.size());
+  for (const TracePod& pod : trace) by_name.push_back(&pod);
+  std::stable_sort(by_name.begin(), by_name.end(),
+                   [](const TracePod* a, const TracePod* b) { return a->name < b->name; });
   Arrivals arrivals;
+  arrivals.pods = by_name;
   arrivals.pods.reserve(trace.size() * 3 / 2);
-  for (const TracePod& pod : trace) arrivals.pods.push_back(&pod);
-  std::shuffle(arrivals.pods.begin(), arrivals.pods.end(), rng);
+  rng.Shuffle(static_cast<std::int32_t>(arrivals.pods.size()), [&](int i, int j) {
+    std::swap(arrivals.pods[static_cast<size_t>(i)], arrivals.pods[static_cast<size_t>(j)]);
+  });
   std::int64_t demand = 0;
   for (const TracePod* pod : arrivals.pods) demand += Demand(pod->request);
   const auto target = static_cast<std::int64_t>(target_ratio * total_gpus * kMilliPerGpu);
-  std::int64_t trace_demand = 0;
-  for (const TracePod& pod : trace) trace_demand += Demand(pod.request);
-  if (trace_demand > 0 && demand < target) {
-    std::uniform_int_distribution<size_t> pick(0, trace.size() - 1);
+  if (demand > 0 && demand < target) {
+    // Clones of random pods of the name-sorted trace at the end, until the next would pass the
+    // target by its per-GPU demand (that one is drawn and dropped).
+    const auto pool = static_cast<std::int32_t>(by_name.size());
     for (;;) {
-      const TracePod* candidate = &trace[pick(rng)];
+      const TracePod* candidate = by_name[static_cast<size_t>(rng.Intn(pool))];
       if (demand + PerGpuDemand(candidate->request) > target) break;
       arrivals.pods.push_back(candidate);
       demand += Demand(candidate->request);
     }
   } else {
     while (demand > target && !arrivals.pods.empty()) {
-      std::uniform_int_distribution<size_t> pick(0, arrivals.pods.size() - 1);
-      const size_t k = pick(rng);
+      const auto k = static_cast<size_t>(rng.Intn(static_cast<std::int32_t>(arrivals.pods.size())));
       demand -= Demand(arrivals.pods[k]->request);
       arrivals.pods.erase(arrivals.pods.begin() + static_cast<long>(k));
     }
   }
   arrivals.demand_milli = demand;
-  arrivals.node_rank.resize(static_cast<size_t>(node_count));
-  std::iota(arrivals.node_rank.begin(), arrivals.node_rank.end(), 0);
-  std::shuffle(arrivals.node_rank.begin(), arrivals.node_rank.end(), rng);
+  // The scheduler's informers each draw a Float64 (their watch time-out) before the artefact
+  // draws the node ranks; node i (in the order given, the artefact's name order) then gets
+  // tie-break rank perm[i].
+  for (int i = 0; i < kInformerDraws; ++i) rng.Float64();
+  arrivals.node_rank = rng.Perm(node_count);
   return arrivals;
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -121,6 +122,35 @@ TEST(ReplayCli, EveryPolicyEndsWithOneSummaryLineEach) {
   }
 }
 
+// One `replay-seed <trace> <policy> seed=S unallocated_gpus=X` line per policy and seed, before
+// the summary lines; the summary's mean is theirs.
+TEST(ReplayCli, PerSeedLinesAverageToTheSummary) {
+  const Outcome run = Gpuslice(kTinyArgs + " --policy fgd,bestfit --seeds 1-3 -q -j 2");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  static const std::regex seed_re(
+      R"(^replay-seed tiny_pods (\S+) seed=([0-9]+) unallocated_gpus=([0-9.]+)$)");
+  std::map<std::string, std::vector<std::pair<int, double>>> per_seed;
+  std::istringstream in(run.output);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch match;
+    if (std::regex_match(line, match, seed_re)) {
+      per_seed[match[1]].emplace_back(std::stoi(match[2]), std::stod(match[3]));
+    }
+  }
+  const std::vector<SummaryLine> summary = SummaryLines(run.output);
+  ASSERT_EQ(summary.size(), 2u) << run.output;
+  for (const SummaryLine& line : summary) {
+    const auto& seeds = per_seed[line.policy];
+    ASSERT_EQ(seeds.size(), 3u) << line.policy;
+    double sum = 0;
+    for (size_t i = 0; i < seeds.size(); ++i) {
+      EXPECT_EQ(seeds[i].first, static_cast<int>(i) + 1);
+      sum += seeds[i].second;
+    }
+    EXPECT_NEAR(sum / 3, line.unallocated, 0.1) << line.policy;
+  }
+}
+
 TEST(ReplayCli, ProgressOnStderrWithoutQuiet) {
   const Outcome run = Gpuslice(kTinyArgs + " --policy fgd,bestfit --seeds 3 -j 1");
   ASSERT_EQ(run.exit_code, 0) << run.output;
@@ -156,6 +186,13 @@ TEST(ReplayCli, JsonHasEveryPolicyWithFullCurves) {
     EXPECT_GE(policy["unallocated_gpus_max"].get<double>(),
               policy["unallocated_gpus"].get<double>() - 1e-9);
     EXPECT_GT(policy["pods"].get<double>(), 0);
+    ASSERT_EQ(policy["per_seed"].size(), 2u);
+    double seed_sum = 0;
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(policy["per_seed"][i]["seed"].get<int>(), static_cast<int>(i) + 1);
+      seed_sum += policy["per_seed"][i]["unallocated_gpus"].get<double>();
+    }
+    EXPECT_NEAR(seed_sum / 2, policy["unallocated_gpus"].get<double>(), 1e-6);
     // Points are allocation percentages, null where no event of any seed fell near them.
     int defined = 0;
     for (const nlohmann::json& point : policy["curve"]) {

@@ -609,6 +609,33 @@ TEST(Replay, Errors) {
       absl::StatusCode::kInvalidArgument);
 }
 
+// The artefact's arrival sequences (fgd-protocol.md §2.4, step 5), drawn from Go's math/rand.
+TEST(MakeArrivals, AlibabaDefaultTraceArrivesAsInTheArtefact) {
+  const std::string dir = std::string(GPUSLICE_SHARED_DIR) + "/data/alibaba-gpu-v2023";
+  if (!fs::exists(dir)) GPUSLICE_SKIP_OR_FAIL_IN_CI(dir << " not found");
+  absl::StatusOr<std::vector<TracePod>> pods = ReadPodsCsv(dir + "/openb_pod_list_default.csv");
+  ASSERT_TRUE(pods.ok()) << pods.status();
+  struct Case {
+    std::uint64_t seed;
+    std::vector<std::string> first;
+    size_t clones;
+    size_t total;
+  };
+  for (const Case& c : {Case{42, {"0255", "1685", "6784", "4463", "0602"}, 2714, 10866},
+                        Case{43, {"2283", "7248", "5897", "4175", "5883"}, 2641, 10793}}) {
+    const Arrivals arrivals = MakeArrivals(*pods, 1213, 6212, c.seed, 1.3);
+    ASSERT_EQ(arrivals.pods.size(), c.total) << c.seed;
+    EXPECT_EQ(arrivals.pods.size() - pods->size(), c.clones) << c.seed;
+    for (size_t i = 0; i < c.first.size(); ++i) {
+      EXPECT_EQ(arrivals.pods[i]->name, "openb-pod-" + c.first[i]) << c.seed << " #" << i;
+    }
+    if (c.seed == 42) {
+      EXPECT_EQ(arrivals.demand_milli, 8075080);
+    }
+    ExpectRankPermutation(arrivals, 1213);
+  }
+}
+
 // The real default trace of the FGD artefact (Alibaba cluster-trace-gpu-v2023), one seed.
 TEST(Replay, AlibabaDefaultTraceAgainstTheArtefact) {
   const std::string dir = std::string(GPUSLICE_SHARED_DIR) + "/data/alibaba-gpu-v2023";
