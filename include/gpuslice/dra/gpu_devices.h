@@ -1,0 +1,62 @@
+// gpuslice/dra/gpu_devices.h
+//
+// The devices one GPU offers to Kubernetes' DRA scheduler, and the counters that make the
+// scheduler's choices safe. MIG on demand: one device per GPU-instance profile × allowed
+// placement start, none of which exists yet; preparing a claim creates the instance at exactly
+// that placement. The scheduler knows nothing about MIG, only counters: a set of devices can be
+// allocated together when, for every counter, what they consume adds up to at most its value.
+// The counters are chosen so that this holds exactly for the sets of instances the catalog's
+// rules (gpuslice/geometry/shape.h) accept, on the driver branch given:
+//   * memory-slice-<u> = 1 for every placement unit u; an instance consumes the units it covers
+//     (no overlap);
+//   * compute-slices = the GPU's compute slices; an instance consumes its own;
+//   * ofa-engines = the GPU's optical-flow engines; an instance consumes its own (this is what
+//     limits "+me" profiles to one instance);
+//   * media-users = the GPU's placement units; every instance that is not "-me" consumes 1, a
+//     "+me.all" instance all of them (it may only sit beside "-me" instances);
+//   * max-<profile> = the profile's instance cap, only where the cap binds (placements alone
+//     would allow more); an instance of the profile consumes 1;
+//   * pairing-3-4 (drivers before R510 only) = the most 3-slice instances a GPU can hold; a
+//     3-slice instance consumes 1 and a 4-slice instance all of it (they may not coexist);
+//   * the whole-GPU device consumes every counter in full, so it excludes every MIG device.
+// Profiles newer than the driver branch are left out. tests/dra/counters_test.cc checks both
+// directions against the geometry's own validator for every MIG model of the catalog.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gpuslice/dra/resource_model.h"
+#include "gpuslice/hw/gpu_model.h"
+
+namespace gpuslice::dra {
+
+inline constexpr char kDriverName[] = "gpu.gpuslice.io";
+
+// What the driver knows about one GPU of its node.
+struct GpuInfo {
+  int index = 0;     // NVML index, also in device names
+  std::string uuid;  // "GPU-..."
+  const hw::GpuModel* model = nullptr;
+  std::string driver_version;  // as NVML reports it, e.g. "550.54.15"
+  int driver_branch = 0;       // e.g. 470; 0 = the newest rules
+  bool mig_on_demand = true;   // offer MIG devices (the GPU is MIG-capable and allowed)
+  bool whole = true;           // offer the whole GPU
+};
+
+struct GpuDevices {
+  std::vector<CounterSet> counter_sets;  // one or two per GPU (a second one if > 32 counters)
+  std::vector<Device> devices;           // sorted by name
+};
+
+// The counter sets and devices of one GPU. REQUIRES: gpu.model != nullptr.
+GpuDevices DevicesOf(const GpuInfo& gpu);
+
+// "gpu-<index>-mig-<profile as a DNS label>-<start>", "gpu-<index>".
+std::string MigDeviceName(int gpu_index, const std::string& profile, int start);
+std::string WholeDeviceName(int gpu_index);
+
+// "8.0" -> "8.0.0", "550.54.15" -> "550.54.15", "535.104.05" -> "535.104.5"; "" if unparsable.
+std::string SemverOf(const std::string& dotted);
+
+}  // namespace gpuslice::dra
