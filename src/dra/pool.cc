@@ -17,7 +17,8 @@ ResourceSlice EmptySlice(const PoolOptions& options) {
   return slice;
 }
 
-std::vector<ResourceSlice> Split(const std::vector<GpuDevices>& per_gpu,
+std::vector<ResourceSlice> Split(const std::vector<GpuInfo>& gpus,
+                                 const std::vector<GpuDevices>& per_gpu,
                                  const PoolOptions& options) {
   std::vector<ResourceSlice> slices;
   for (const GpuDevices& gpu : per_gpu) {
@@ -29,21 +30,28 @@ std::vector<ResourceSlice> Split(const std::vector<GpuDevices>& per_gpu,
       slices.back().shared_counters.push_back(set);
     }
   }
-  for (const GpuDevices& gpu : per_gpu) {
-    for (size_t i = 0; i < gpu.devices.size(); ++i) {
+  auto add_devices = [&](const std::vector<Device>& devices) {
+    for (size_t i = 0; i < devices.size(); ++i) {
       if (i % static_cast<size_t>(kMaxDevicesPerSliceWithCounters) == 0) {
         slices.push_back(EmptySlice(options));
       }
-      slices.back().devices.push_back(gpu.devices[i]);
+      slices.back().devices.push_back(devices[i]);
     }
+  };
+  if (options.use != nullptr) {
+    add_devices(PreferenceOrder(gpus, per_gpu, *options.use));
+  } else {
+    for (const GpuDevices& gpu : per_gpu) add_devices(gpu.devices);
   }
   return slices;
 }
 
-absl::StatusOr<std::vector<ResourceSlice>> Combined(const std::vector<GpuDevices>& per_gpu,
+absl::StatusOr<std::vector<ResourceSlice>> Combined(const std::vector<GpuInfo>& gpus,
+                                                    const std::vector<GpuDevices>& per_gpu,
                                                     const PoolOptions& options) {
   std::vector<ResourceSlice> slices;
-  for (const GpuDevices& gpu : per_gpu) {
+  for (size_t g = 0; g < per_gpu.size(); ++g) {
+    const GpuDevices& gpu = per_gpu[g];
     if (gpu.devices.size() > static_cast<size_t>(kMaxDevicesPerSliceWithCounters)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "a GPU offers ", gpu.devices.size(),
@@ -51,7 +59,8 @@ absl::StatusOr<std::vector<ResourceSlice>> Combined(const std::vector<GpuDevices
     }
     ResourceSlice slice = EmptySlice(options);
     slice.shared_counters = gpu.counter_sets;
-    slice.devices = gpu.devices;
+    slice.devices = options.use == nullptr ? gpu.devices
+                                           : PreferenceOrder({gpus[g]}, {gpu}, {(*options.use)[g]});
     slices.push_back(std::move(slice));
   }
   return slices;
@@ -84,11 +93,17 @@ absl::StatusOr<std::vector<ResourceSlice>> BuildPool(const std::vector<GpuInfo>&
     }
     per_gpu.push_back(DevicesOf(gpu));
   }
-  absl::StatusOr<std::vector<ResourceSlice>> slices =
-      options.layout == SliceLayout::kSplit ? Split(per_gpu, options) : Combined(per_gpu, options);
+  if (options.use != nullptr && options.use->size() != gpus.size()) {
+    return absl::InvalidArgumentError("one GpuUse per GPU is needed");
+  }
+  absl::StatusOr<std::vector<ResourceSlice>> slices = options.layout == SliceLayout::kSplit
+                                                          ? Split(gpus, per_gpu, options)
+                                                          : Combined(gpus, per_gpu, options);
   if (!slices.ok()) return slices.status();
   if (slices->empty()) slices->push_back(EmptySlice(options));  // an empty pool still says so
-  for (ResourceSlice& slice : *slices) {
+  for (size_t i = 0; i < slices->size(); ++i) {
+    ResourceSlice& slice = (*slices)[i];
+    slice.index = static_cast<int>(i);
     slice.slice_count = static_cast<std::int64_t>(slices->size());
     if (absl::Status s = Validate(slice, options.layout == SliceLayout::kCombined); !s.ok()) {
       return absl::InternalError(absl::StrCat("built an invalid slice: ", s.message()));

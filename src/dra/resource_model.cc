@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 
 namespace gpuslice::dra {
@@ -165,7 +166,7 @@ nlohmann::json ToJson(const Device& device) {
 
 nlohmann::json ToJson(const ResourceSlice& slice, const std::string& node_uid) {
   nlohmann::json metadata = {
-      {"generateName", absl::StrCat(slice.node_name, "-", DnsLabelOf(slice.driver), "-")}};
+      {"generateName", absl::StrFormat("%05x-%s-%s-", slice.index, slice.driver, slice.node_name)}};
   if (!node_uid.empty()) {
     metadata["ownerReferences"] = nlohmann::json::array({{{"apiVersion", "v1"},
                                                           {"kind", "Node"},

@@ -171,3 +171,71 @@ TEST(DraStandin, QuantitiesAreCompared) {
 
 }  // namespace
 }  // namespace gpuslice::dra
+
+namespace gpuslice::dra {
+namespace {
+
+// The preference order (preference.h) on two H100s.
+TEST(DraPreference, FirstFitTakesThePreferredPlacement) {
+  std::vector<GpuInfo> gpus = Node("H100-80GB", 2);
+  std::vector<GpuUse> use(2);
+  PoolOptions options{"node-a", 1, SliceLayout::kSplit, &use};
+  auto first_of = [&](const std::string& profile) -> std::string {
+    absl::StatusOr<std::vector<ResourceSlice>> pool = BuildPool(gpus, options);
+    EXPECT_TRUE(pool.ok());
+    std::vector<nlohmann::json> slices;
+    for (const ResourceSlice& slice : *pool) slices.push_back(ToJson(slice));
+    testing_standin::StandinScheduler scheduler;
+    EXPECT_TRUE(scheduler.Load(slices).ok());
+    for (size_t g = 0; g < use.size(); ++g) {
+      for (const geometry::Placed& p : use[g].instances) {
+        scheduler.Allocate(MigDeviceName(static_cast<int>(g),
+                                         gpus[g].model->mig->profiles[p.profile].name, p.start));
+      }
+    }
+    return scheduler.FirstFit([&](const nlohmann::json& d) {
+      return d["attributes"].contains("profile") && d["attributes"]["profile"]["string"] == profile;
+    });
+  };
+  const hw::MigSpec& mig = *gpus[0].model->mig;
+  const auto index = [&](const char* name) {
+    return static_cast<std::uint8_t>(mig.IndexOf(*mig.FindProfile(name)));
+  };
+  // Empty node: GPU 0, at a start that keeps a 4g and a 3g possible beside it.
+  const std::string first = first_of("1g.10gb");
+  EXPECT_EQ(first.rfind("gpu-0-mig-1g-10gb-", 0), 0u) << first;
+  EXPECT_NE(first, MigDeviceName(0, "1g.10gb", 0));
+  // GPU 0 taken whole by a 7g: the next 1g goes to GPU 1.
+  use[0].instances.push_back({index("7g.80gb"), 0});
+  EXPECT_EQ(first_of("1g.10gb").rfind("gpu-1-", 0), 0u);
+  EXPECT_EQ(first_of("7g.80gb"), MigDeviceName(1, "7g.80gb", 0));
+  // Both GPUs full: nothing fits, whatever the order.
+  use[1].instances.push_back({index("7g.80gb"), 0});
+  EXPECT_EQ(first_of("1g.10gb"), "");
+}
+
+TEST(DraPreference, TheOrderIsAPermutationOfThePool) {
+  std::vector<GpuInfo> gpus = Node("A100-80GB", 3);
+  std::vector<GpuUse> use(3);
+  use[1].instances.push_back({0, 0});
+  absl::StatusOr<std::vector<ResourceSlice>> by_name =
+      BuildPool(gpus, {"n", 1, SliceLayout::kSplit, nullptr});
+  absl::StatusOr<std::vector<ResourceSlice>> preferred =
+      BuildPool(gpus, {"n", 1, SliceLayout::kSplit, &use});
+  ASSERT_TRUE(by_name.ok() && preferred.ok());
+  std::multiset<std::string> a;
+  std::multiset<std::string> b;
+  for (const ResourceSlice& s : *by_name) {
+    for (const Device& d : s.devices) a.insert(d.name);
+  }
+  for (const ResourceSlice& s : *preferred) {
+    for (const Device& d : s.devices) b.insert(d.name);
+    EXPECT_TRUE(Validate(s).ok());
+  }
+  EXPECT_EQ(a, b);
+  const std::vector<GpuUse> too_few(1);
+  EXPECT_FALSE(BuildPool(gpus, {"n", 1, SliceLayout::kSplit, &too_few}).ok());
+}
+
+}  // namespace
+}  // namespace gpuslice::dra

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "gpuslice/dra/gpu_devices.h"
+#include "gpuslice/dra/preference.h"
 #include "gpuslice/dra/resource_model.h"
 
 namespace gpuslice::dra {
@@ -28,6 +29,10 @@ struct PoolOptions {
   std::string node_name;
   std::int64_t generation = 1;
   SliceLayout layout = SliceLayout::kSplit;
+  // What is allocated on each GPU now (one entry per GPU): the devices are then published in
+  // preference order (gpuslice/dra/preference.h), across GPUs with kSplit and within each GPU
+  // with kCombined. Null: each GPU's devices by name, GPU after GPU (NVIDIA's order).
+  const std::vector<GpuUse>* use = nullptr;
 };
 
 // The pool's slices for these GPUs, each valid (Validate in resource_model.h).

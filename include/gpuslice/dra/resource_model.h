@@ -78,6 +78,7 @@ struct CounterSet {
 };
 
 struct ResourceSlice {
+  int index = 0;  // position in the pool: the scheduler reads slices in name order
   std::string driver;
   std::string node_name;  // also the pool's name
   std::int64_t generation = 0;
@@ -95,7 +96,8 @@ inline constexpr int kMaxConsumptionsPerDevice = 2;
 inline constexpr int kMaxAttributesAndCapacities = 32;
 inline constexpr int kMaxStringAttributeBytes = 64;
 
-// The ResourceSlice object (apiVersion, kind, metadata with generateName and the Node owner,
+// The ResourceSlice object (apiVersion, kind, metadata with generateName
+// "<index as 5+ hex digits>-<driver>-<node>-", so names sort in pool order, and the Node owner,
 // spec). `node_uid` names the owner reference's uid; empty leaves the owner out.
 nlohmann::json ToJson(const ResourceSlice& slice, const std::string& node_uid = "");
 nlohmann::json ToJson(const Device& device);
