@@ -87,21 +87,26 @@ std::array<std::uint64_t, kLen> JumpAhead(const std::array<std::uint64_t, kLen>&
   return state;
 }
 
-std::array<std::uint64_t, kLen> ComputeCooked() {
-  // Seeded with 1, three LCG outputs per word shifted by 20, 10 and 0, then 7.8e12 draws.
-  std::array<std::uint64_t, kLen> start{};
-  std::int64_t x = 1;
+// 607 words from the LCG started at `x` after 20 warm-up steps, each three outputs XORed with
+// the first two shifted left by `high` and `middle` bits.
+std::array<std::uint64_t, kLen> LcgWords(std::int64_t x, int high, int middle) {
+  std::array<std::uint64_t, kLen> words{};
   for (int i = -20; i < kLen; ++i) {
     x = SeedRand(x);
     if (i < 0) continue;
-    std::uint64_t u = static_cast<std::uint64_t>(x) << 20;
+    std::uint64_t u = static_cast<std::uint64_t>(x) << high;
     x = SeedRand(x);
-    u ^= static_cast<std::uint64_t>(x) << 10;
+    u ^= static_cast<std::uint64_t>(x) << middle;
     x = SeedRand(x);
     u ^= static_cast<std::uint64_t>(x);
-    start[static_cast<std::size_t>(i)] = u;
+    words[static_cast<std::size_t>(i)] = u;
   }
-  return JumpAhead(start, 7'800'000'000'000ULL);
+  return words;
+}
+
+// Seeded with 1 (outputs shifted by 20, 10 and 0), then 7.8e12 draws.
+std::array<std::uint64_t, kLen> ComputeCooked() {
+  return JumpAhead(LcgWords(1, 20, 10), 7'800'000'000'000ULL);
 }
 
 }  // namespace
@@ -116,16 +121,10 @@ GoRand::GoRand(std::int64_t seed) {
   seed %= kInt32Max;
   if (seed < 0) seed += kInt32Max;
   if (seed == 0) seed = 89482311;
-  std::int64_t x = seed;
-  for (int i = -20; i < kLen; ++i) {
-    x = SeedRand(x);
-    if (i < 0) continue;
-    std::uint64_t u = static_cast<std::uint64_t>(x) << 40;
-    x = SeedRand(x);
-    u ^= static_cast<std::uint64_t>(x) << 20;
-    x = SeedRand(x);
-    u ^= static_cast<std::uint64_t>(x);
-    vec_[static_cast<std::size_t>(i)] = u ^ cooked[static_cast<std::size_t>(i)];
+  const std::array<std::uint64_t, kLen> words = LcgWords(seed, 40, 20);
+  for (int i = 0; i < kLen; ++i) {
+    vec_[static_cast<std::size_t>(i)] =
+        words[static_cast<std::size_t>(i)] ^ cooked[static_cast<std::size_t>(i)];
   }
 }
 
