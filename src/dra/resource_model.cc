@@ -50,7 +50,9 @@ bool IsSemver(const std::string& text) {
   return text.size() <= 64 && std::regex_match(text, semver);
 }
 
-absl::Status ValidateDevice(const Device& device, const std::set<std::string>& counter_sets) {
+// `counter_sets`: the sets a consumption may name (Kubernetes 1.34: those of the device's own
+// slice); null where they live in other slices of the pool.
+absl::Status ValidateDevice(const Device& device, const std::set<std::string>* counter_sets) {
   const std::string where = absl::StrCat("device ", device.name, ": ");
   if (!IsDnsLabel(device.name))
     return absl::InvalidArgumentError(where + "name is not a DNS label");
@@ -91,7 +93,7 @@ absl::Status ValidateDevice(const Device& device, const std::set<std::string>& c
     if (c.counters.empty() || c.counters.size() > static_cast<size_t>(kMaxCountersPerSet)) {
       return absl::InvalidArgumentError(where + "1-32 counters per consumption");
     }
-    if (!counter_sets.empty() && !counter_sets.contains(c.counter_set)) {
+    if (counter_sets != nullptr && !counter_sets->contains(c.counter_set)) {
       return absl::InvalidArgumentError(where + "unknown counter set " + c.counter_set);
     }
   }
@@ -241,8 +243,7 @@ absl::Status Validate(const ResourceSlice& slice, bool kubernetes_134) {
     if (!names.insert(device.name).second) {
       return absl::InvalidArgumentError("device " + device.name + " repeated");
     }
-    if (absl::Status s = ValidateDevice(device, kubernetes_134 ? sets : std::set<std::string>{});
-        !s.ok()) {
+    if (absl::Status s = ValidateDevice(device, kubernetes_134 ? &sets : nullptr); !s.ok()) {
       return s;
     }
   }

@@ -159,6 +159,15 @@ TEST(DraSlice, ValidateRejectsWhatTheApiServerRejects) {
         {"d" + std::to_string(i), {}, {}, {{"set", {{"c", Count(1)}}}}, false, {}});
   }
   EXPECT_FALSE(Validate(slice).ok());  // 66 devices with counters
+  // Kubernetes 1.34: a device may only consume a set of its own slice.
+  ResourceSlice old;
+  old.driver = kDriverName;
+  old.node_name = "n";
+  old.devices.push_back({"d", {}, {}, {{"set", {{"c", Count(1)}}}}, false, {}});
+  EXPECT_FALSE(Validate(old, /*kubernetes_134=*/true).ok());
+  old.shared_counters.push_back({"set", {{"c", Count(1)}}});
+  EXPECT_TRUE(Validate(old, /*kubernetes_134=*/true).ok());
+  EXPECT_FALSE(Validate(old).ok());  // 1.35+: not in one slice
 }
 
 TEST(DraStandin, QuantitiesAreCompared) {
