@@ -203,26 +203,112 @@ std::string SemverOf(const std::string& dotted) {
   return absl::StrCat(out[0], ".", out[1], ".", out[2]);
 }
 
+namespace {
+
+Device SharedDevice(const GpuInfo& gpu) {
+  Device device;
+  device.name = SharedDeviceName(gpu.index);
+  CommonAttributes(gpu, device);
+  device.attributes["type"] = std::string("shared");
+  if (!gpu.uuid.empty()) device.attributes["uuid"] = gpu.uuid;
+  device.allow_multiple_allocations = true;
+  device.capacity["compute"] = {
+      Count(kComputeMilli),
+      RequestPolicy{Count(100), Count(kComputeStep), Count(kComputeMilli), Count(kComputeStep)}};
+  const std::int64_t memory = gpu.model->memory_mib / kMemoryStepMib * kMemoryStepMib;
+  const std::int64_t tenth =
+      std::max(kMemoryStepMib, memory / 10 / kMemoryStepMib * kMemoryStepMib);
+  device.capacity["memory"] = {Mebibytes(memory),
+                               RequestPolicy{Mebibytes(tenth), Mebibytes(kMemoryStepMib),
+                                             Mebibytes(memory), Mebibytes(kMemoryStepMib)}};
+  device.attributes["multiprocessors"] = std::int64_t{gpu.model->sms};
+  return device;
+}
+
+// Takes what the foreign instances consume out of the budget; false when one of them cannot be
+// placed by the catalog (then nothing is offered on demand).
+bool SubtractForeign(const GpuInfo& gpu, Budget& budget) {
+  const hw::MigSpec& mig = *gpu.model->mig;
+  for (const ExistingInstance& instance : gpu.foreign) {
+    const hw::GiProfile* p = mig.FindProfile(instance.profile);
+    if (p == nullptr ||
+        std::find(p->starts.begin(), p->starts.end(), instance.start) == p->starts.end()) {
+      return false;
+    }
+    for (const auto& [name, q] : ConsumptionOf(*p, instance.start, budget)) {
+      budget.counters[name].value =
+          std::max<std::int64_t>(0, budget.counters[name].value - q.value);
+    }
+  }
+  return true;
+}
+
+bool Fits(const Counters& consumed, const Budget& budget) {
+  for (const auto& [name, q] : consumed) {
+    auto it = budget.counters.find(name);
+    if (it == budget.counters.end() || it->second.value < q.value) return false;
+  }
+  return true;
+}
+
+std::vector<Device> FixedDevices(const GpuInfo& gpu) {
+  std::vector<Device> devices;
+  for (const ExistingInstance& instance : gpu.foreign) {
+    const hw::GiProfile* p = gpu.model->mig->FindProfile(instance.profile);
+    if (p == nullptr) continue;
+    Device device = MigDevice(gpu, *p, instance.start, Budget{}, {});
+    device.consumes_counters.clear();
+    if (!instance.uuid.empty()) device.attributes["uuid"] = instance.uuid;
+    devices.push_back(std::move(device));
+  }
+  return devices;
+}
+
+void Finish(const GpuInfo& gpu, GpuDevices& result) {
+  for (Device& device : result.devices) device.taints = gpu.taints;
+  std::sort(result.devices.begin(), result.devices.end(),
+            [](const Device& a, const Device& b) { return a.name < b.name; });
+}
+
+}  // namespace
+
+std::string SharedDeviceName(int gpu_index) { return absl::StrCat("gpu-", gpu_index, "-shared"); }
+
 GpuDevices DevicesOf(const GpuInfo& gpu) {
   GpuDevices result;
-  const bool mig =
-      gpu.mig_on_demand && gpu.model->mig_capable() &&
-      (gpu.driver_branch == 0 || gpu.model->mig->min_driver_branch <= gpu.driver_branch);
-  if (!mig) {
-    if (gpu.whole) result.devices.push_back(WholeDevice(gpu, nullptr, {}));
+  const bool mig_model = gpu.model->mig_capable();
+  if (gpu.fixed && mig_model) {
+    result.devices = FixedDevices(gpu);
+    Finish(gpu, result);
     return result;
   }
-  const Budget budget = BudgetOf(gpu);
+  const bool mig =
+      gpu.mig_on_demand && mig_model &&
+      (gpu.driver_branch == 0 || gpu.model->mig->min_driver_branch <= gpu.driver_branch);
+  if (!mig) {
+    if (gpu.shared) {
+      result.devices.push_back(SharedDevice(gpu));
+    } else if (gpu.whole) {
+      result.devices.push_back(WholeDevice(gpu, nullptr, {}));
+    }
+    Finish(gpu, result);
+    return result;
+  }
+  Budget budget = BudgetOf(gpu);
+  const Budget full = budget;
+  if (!SubtractForeign(gpu, budget)) return result;
   result.counter_sets = SetsOf(gpu.index, budget.counters);
   for (const hw::GiProfile& p : gpu.model->mig->profiles) {
     if (!Available(p, *gpu.model->mig, gpu.driver_branch)) continue;
     for (int start : p.starts) {
-      result.devices.push_back(MigDevice(gpu, p, start, budget, result.counter_sets));
+      if (!Fits(ConsumptionOf(p, start, full), budget)) continue;
+      result.devices.push_back(MigDevice(gpu, p, start, full, result.counter_sets));
     }
   }
-  if (gpu.whole) result.devices.push_back(WholeDevice(gpu, &budget, result.counter_sets));
-  std::sort(result.devices.begin(), result.devices.end(),
-            [](const Device& a, const Device& b) { return a.name < b.name; });
+  if (gpu.whole && gpu.foreign.empty()) {
+    result.devices.push_back(WholeDevice(gpu, &budget, result.counter_sets));
+  }
+  Finish(gpu, result);
   return result;
 }
 

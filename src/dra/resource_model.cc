@@ -1,9 +1,15 @@
 #include "gpuslice/dra/resource_model.h"
 
 #include <cctype>
+#include <climits>
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <regex>
 #include <set>
+#include <string_view>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
@@ -105,6 +111,82 @@ absl::Status ValidateDevice(const Device& device, const std::set<std::string>* c
 
 std::string Quantity::ToString() const {
   return mebibytes ? absl::StrCat(value, "Mi") : absl::StrCat(value);
+}
+
+namespace {
+
+__extension__ typedef __int128 Big;
+
+// The multiplier of a quantity suffix as a power of 2 (binary) or of 10 (decimal, may be < 0).
+struct Scale {
+  bool binary = false;
+  int exponent = 0;
+};
+
+std::optional<Scale> ScaleOf(std::string_view suffix) {
+  static const std::map<std::string_view, Scale> kSuffixes = {
+      {"", {false, 0}},   {"n", {false, -9}}, {"u", {false, -6}}, {"m", {false, -3}},
+      {"k", {false, 3}},  {"M", {false, 6}},  {"G", {false, 9}},  {"T", {false, 12}},
+      {"P", {false, 15}}, {"E", {false, 18}}, {"Ki", {true, 10}}, {"Mi", {true, 20}},
+      {"Gi", {true, 30}}, {"Ti", {true, 40}}, {"Pi", {true, 50}}, {"Ei", {true, 60}}};
+  if (auto it = kSuffixes.find(suffix); it != kSuffixes.end()) return it->second;
+  if (suffix.size() >= 2 && (suffix[0] == 'e' || suffix[0] == 'E')) {
+    int exponent = 0;
+    std::string digits(suffix.substr(1));
+    if (digits.size() > 3 || !absl::SimpleAtoi(digits, &exponent)) return std::nullopt;
+    return Scale{false, exponent};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::StatusOr<std::int64_t> ParseQuantityMilli(const std::string& text) {
+  auto bad = [&](const char* why) {
+    return absl::InvalidArgumentError(absl::StrCat("quantity \"", text.substr(0, 64), "\": ", why));
+  };
+  size_t i = 0;
+  if (i < text.size() && text[i] == '+') ++i;
+  if (i < text.size() && text[i] == '-') return bad("negative");
+  const Big kLimit = static_cast<Big>(INT64_MAX);
+  Big mantissa = 0;
+  int decimals = 0;
+  bool digits = false;
+  bool point = false;
+  for (; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '.' && !point) {
+      point = true;
+      continue;
+    }
+    if (!std::isdigit(static_cast<unsigned char>(c))) break;
+    digits = true;
+    if (mantissa > kLimit * 1000) return bad("too large");
+    mantissa = mantissa * 10 + (c - '0');
+    if (point) ++decimals;
+  }
+  if (!digits) return bad("no digits");
+  const std::optional<Scale> scale = ScaleOf(std::string_view(text).substr(i));
+  if (!scale) return bad("unknown suffix");
+  // value = mantissa / 10^decimals * scale * 1000
+  Big numerator = mantissa;
+  Big denominator = 1;
+  int ten = 3 - decimals + (scale->binary ? 0 : scale->exponent);
+  for (; ten > 0; --ten) {
+    numerator *= 10;
+    if (numerator > kLimit * 1000) return bad("too large");
+  }
+  if (ten < -30) return mantissa > 0 ? 1 : 0;  // finer than a thousandth: rounds up
+  for (; ten < 0; ++ten) denominator *= 10;
+  if (scale->binary) {
+    for (int b = 0; b < scale->exponent; ++b) {
+      numerator *= 2;
+      if (numerator > kLimit * 1000) return bad("too large");
+    }
+  }
+  const Big value = (numerator + denominator - 1) / denominator;
+  if (value > kLimit) return bad("too large");
+  return static_cast<std::int64_t>(value);
 }
 
 bool IsDnsLabel(const std::string& name) {

@@ -21,8 +21,21 @@
 //   * the whole-GPU device consumes every counter in full, so it excludes every MIG device.
 // Profiles newer than the driver branch are left out. tests/dra/counters_test.cc checks both
 // directions against the geometry's own validator for every MIG model of the catalog.
+//
+// Instances the driver did not create (`GpuInfo::foreign`: an admin's, another tool's) stay
+// exact too: what each one consumes is taken out of the counter values, and a device that no
+// longer fits beside them is not offered (nor the whole GPU), so any set the scheduler can
+// allocate, together with them, is still a valid layout. A foreign instance the catalog cannot
+// place (unknown profile or start) makes the GPU offer nothing on demand.
+// Other kinds of GPU:
+//   * `fixed`: an admin-fixed layout; its existing instances are the devices (no counters);
+//   * `shared` (MIG off): one device `gpu-<i>-shared` that many claims share, with consumable
+//     capacities `compute` (per mille of the GPU's time) and `memory` (MiB), each with a request
+//     policy (compute: default 100, 10 to 1000 in steps of 10; memory: 256 MiB steps, default a
+//     tenth of the GPU), instead of the whole GPU.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -33,16 +46,32 @@ namespace gpuslice::dra {
 
 inline constexpr char kDriverName[] = "gpu.gpuslice.io";
 
+// An instance that exists on a GPU: its GI profile name as the catalog spells it and its start.
+struct ExistingInstance {
+  std::string profile;
+  int start = 0;
+  std::string uuid;  // "MIG-..." of its compute instance (fixed layouts publish it); may be ""
+};
+
 // What the driver knows about one GPU of its node.
 struct GpuInfo {
   int index = 0;     // NVML index, also in device names
   std::string uuid;  // "GPU-..."
   const hw::GpuModel* model = nullptr;
-  std::string driver_version;  // as NVML reports it, e.g. "550.54.15"
-  int driver_branch = 0;       // e.g. 470; 0 = the newest rules
-  bool mig_on_demand = true;   // offer MIG devices (the GPU is MIG-capable and allowed)
-  bool whole = true;           // offer the whole GPU
+  std::string driver_version;             // as NVML reports it, e.g. "550.54.15"
+  int driver_branch = 0;                  // e.g. 470; 0 = the newest rules
+  bool mig_on_demand = true;              // offer MIG devices (the GPU is MIG-capable and allowed)
+  bool whole = true;                      // offer the whole GPU
+  std::vector<ExistingInstance> foreign;  // instances the driver did not create
+  bool fixed = false;   // offer `foreign` as they are (an admin-fixed layout), nothing on demand
+  bool shared = false;  // offer gpu-<i>-shared instead of the whole GPU (MIG off)
+  std::vector<DeviceTaint> taints;  // put on every device of this GPU (health, drain)
 };
+
+// The consumable capacities of a shared device and their steps.
+inline constexpr std::int64_t kComputeMilli = 1000;
+inline constexpr std::int64_t kComputeStep = 10;
+inline constexpr std::int64_t kMemoryStepMib = 256;
 
 struct GpuDevices {
   std::vector<CounterSet> counter_sets;  // one or two per GPU (a second one if > 32 counters)
@@ -55,6 +84,7 @@ GpuDevices DevicesOf(const GpuInfo& gpu);
 // "gpu-<index>-mig-<profile as a DNS label>-<start>", "gpu-<index>".
 std::string MigDeviceName(int gpu_index, const std::string& profile, int start);
 std::string WholeDeviceName(int gpu_index);
+std::string SharedDeviceName(int gpu_index);
 
 // "8.0" -> "8.0.0", "550.54.15" -> "550.54.15", "535.104.05" -> "535.104.5"; "" if unparsable.
 std::string SemverOf(const std::string& dotted);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace gpuslice::dra {
@@ -28,6 +29,12 @@ struct Quantity {
 };
 inline Quantity Count(std::int64_t n) { return {n, false}; }
 inline Quantity Mebibytes(std::int64_t n) { return {n, true}; }
+
+// Reads a Kubernetes quantity ("250", "10Gi", "1.5G", "500m", "1e3") as thousandths of its unit,
+// rounded up (the API server rounds finer values up too). InvalidArgument for anything else, a
+// negative value or one past 2^63 thousandths. Quantities are compared numerically this way,
+// never as text: the server canonicalises them ("1024Mi" comes back as "1Gi").
+absl::StatusOr<std::int64_t> ParseQuantityMilli(const std::string& text);
 
 // A semantic version "MAJOR.MINOR.PATCH" attribute value.
 struct Version {
