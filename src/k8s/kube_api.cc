@@ -2,8 +2,10 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -48,6 +50,13 @@ std::string BindingPath(const BindingTarget& target) {
                       "/binding");
 }
 
+std::string HttpReply::Message() const {
+  if (body.is_object() && body.contains("message") && body["message"].is_string()) {
+    return body["message"].get<std::string>();
+  }
+  return text;
+}
+
 absl::StatusOr<KubeApiClient> KubeApiClient::Create(KubeApiOptions options) {
   const std::string& server = options.server;
   const bool https = server.starts_with("https://");
@@ -66,21 +75,9 @@ absl::StatusOr<KubeApiClient> KubeApiClient::Create(KubeApiOptions options) {
 
 namespace {
 
-// The API server's message in an error reply (a v1.Status), else the body.
-std::string ReplyMessage(const std::string& body) {
-  try {
-    const json parsed = json::parse(body);
-    if (parsed.is_object() && parsed.contains("message") && parsed["message"].is_string()) {
-      return parsed["message"].get<std::string>();
-    }
-  } catch (const json::exception&) {
-  }
-  return body;
-}
-
-absl::Status ReplyError(const std::string& what, int status, const std::string& body) {
-  const std::string text = absl::StrCat(what, ": HTTP ", status, ": ", ReplyMessage(body));
-  switch (status) {
+absl::Status ReplyError(const std::string& what, const HttpReply& reply) {
+  const std::string text = absl::StrCat(what, ": HTTP ", reply.status, ": ", reply.Message());
+  switch (reply.status) {
     case 401:
     case 403:
       return absl::PermissionDeniedError(text);
@@ -123,35 +120,55 @@ absl::StatusOr<std::unique_ptr<httplib::Client>> KubeApiClient::Connect() const 
   return client;
 }
 
-absl::Status KubeApiClient::Bind(const BindingTarget& target) const {
+absl::StatusOr<HttpReply> KubeApiClient::Call(std::string_view method, const std::string& path,
+                                              const json* body,
+                                              std::string_view content_type) const {
+  static constexpr std::string_view kMethods[] = {"GET", "POST", "PUT", "PATCH", "DELETE"};
+  if (std::find(std::begin(kMethods), std::end(kMethods), method) == std::end(kMethods)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsupported HTTP method ", std::string(method)));
+  }
   absl::StatusOr<std::unique_ptr<httplib::Client>> client = Connect();
   if (!client.ok()) return client.status();
-  const std::string path = BindingPath(target);
-  httplib::Result result = (*client)->Post(path, BindingBody(target).dump(), "application/json");
-  if (!result) {
-    return absl::UnavailableError(
-        absl::StrCat("POST ", options_.server, path, ": ", httplib::to_string(result.error())));
+  httplib::Request request;
+  request.method = std::string(method);
+  request.path = path;
+  if (body != nullptr) {
+    request.body = body->dump();
+    request.set_header("Content-Type", std::string(content_type));
   }
-  if (result->status == 200 || result->status == 201) return absl::OkStatus();
-  return ReplyError(absl::StrCat("POST ", path), result->status, result->body);
+  request.set_header("Accept", "application/json");
+  httplib::Result result = (*client)->send(request);
+  if (!result) {
+    return absl::UnavailableError(absl::StrCat(std::string(method), " ", options_.server, path,
+                                               ": ", httplib::to_string(result.error())));
+  }
+  HttpReply reply;
+  reply.status = result->status;
+  reply.text = std::move(result->body);
+  if (!reply.text.empty())
+    reply.body = json::parse(reply.text, nullptr, /*allow_exceptions=*/false);
+  return reply;
+}
+
+absl::Status KubeApiClient::Bind(const BindingTarget& target) const {
+  const std::string path = BindingPath(target);
+  const json body = BindingBody(target);
+  absl::StatusOr<HttpReply> reply = Call("POST", path, &body);
+  if (!reply.ok()) return reply.status();
+  if (reply->status == 200 || reply->status == 201) return absl::OkStatus();
+  return ReplyError(absl::StrCat("POST ", path), *reply);
 }
 
 absl::StatusOr<nlohmann::json> KubeApiClient::ListPods() const {
-  absl::StatusOr<std::unique_ptr<httplib::Client>> client = Connect();
-  if (!client.ok()) return client.status();
   const std::string path = "/api/v1/pods";
-  httplib::Result result = (*client)->Get(path);
-  if (!result) {
-    return absl::UnavailableError(
-        absl::StrCat("GET ", options_.server, path, ": ", httplib::to_string(result.error())));
+  absl::StatusOr<HttpReply> reply = Call("GET", path, nullptr);
+  if (!reply.ok()) return reply.status();
+  if (reply->status != 200) return ReplyError(absl::StrCat("GET ", path), *reply);
+  if (reply->body.is_discarded() || reply->body.is_null()) {
+    return absl::InternalError(absl::StrCat("GET ", path, ": the reply is not JSON"));
   }
-  if (result->status != 200)
-    return ReplyError(absl::StrCat("GET ", path), result->status, result->body);
-  try {
-    return json::parse(result->body);
-  } catch (const json::exception& error) {
-    return absl::InternalError(absl::StrCat("GET ", path, ": not JSON: ", error.what()));
-  }
+  return std::move(reply->body);
 }
 
 Binder KubeApiClient::AsBinder() const {

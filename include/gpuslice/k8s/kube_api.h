@@ -1,5 +1,6 @@
-// gpuslice/k8s/kube_api.h: the one Kubernetes API call the scheduler extender makes — binding a pod
-// to a node (POST /api/v1/namespaces/{namespace}/pods/{name}/binding with a v1.Binding).
+// gpuslice/k8s/kube_api.h: a small Kubernetes API client. The scheduler extender binds pods to
+// nodes (POST /api/v1/namespaces/{namespace}/pods/{name}/binding with a v1.Binding) and lists pods;
+// other callers (the DRA driver, gpuslice/dra/kube_client.h) make any REST call through Call.
 //
 // Transport: cpp-httplib. `server` is "https://host:port" or "http://host:port" (no path). For
 // https the server certificate is verified against `ca_file` (the system's CAs when empty) unless
@@ -7,7 +8,8 @@
 // service-account tokens rotate); an empty token_file sends no Authorization header.
 // In-cluster defaults (InClusterOptions): server https://$KUBERNETES_SERVICE_HOST:
 // $KUBERNETES_SERVICE_PORT, the service account's token and CA files.
-// A reply other than 201/200 is an error carrying the status code and the API server's message.
+// Bind and ListPods: a reply other than 201/200 is an error carrying the status code and the API
+// server's message. Call returns every HTTP reply as a value; only a failed transport is an error.
 #pragma once
 
 #include <functional>
@@ -50,6 +52,15 @@ nlohmann::json BindingBody(const BindingTarget& target);
 // The API path of a pod's binding subresource (pure).
 std::string BindingPath(const BindingTarget& target);
 
+// One HTTP reply of the API server, whatever its status.
+struct HttpReply {
+  int status = 0;
+  std::string text;     // the body as received
+  nlohmann::json body;  // parsed: null when `text` is empty, discarded (is_discarded()) if not JSON
+  // The message of a v1.Status body, else `text`.
+  std::string Message() const;
+};
+
 class KubeApiClient {
  public:
   // InvalidArgument for a server that is not http(s)://host[:port].
@@ -61,6 +72,13 @@ class KubeApiClient {
   Binder AsBinder() const;
   // GET /api/v1/pods (every namespace): the v1.PodList, for Extender::ReleaseGone. Errors as Bind.
   absl::StatusOr<nlohmann::json> ListPods() const;
+  // One request: `method` is GET, POST, PUT, PATCH or DELETE; `path` starts with '/' and may carry
+  // an already URL-encoded query; `body` (may be null) is sent as `content_type`. Errors:
+  // FailedPrecondition (token file unreadable), InvalidArgument (unknown method), Unavailable
+  // (no connection or no reply); any HTTP status is a reply.
+  absl::StatusOr<HttpReply> Call(std::string_view method, const std::string& path,
+                                 const nlohmann::json* body,
+                                 std::string_view content_type = "application/json") const;
 
   const KubeApiOptions& options() const { return options_; }
 
