@@ -347,6 +347,7 @@ absl::StatusOr<std::unique_ptr<NodeDriver>> NodeDriver::Create(device::Backend& 
   std::unique_ptr<NodeDriver> driver(
       new NodeDriver(backend, catalog, std::move(fetch), std::move(options)));
   driver->checkpoint_ = std::move(*checkpoint);
+  if (!driver->options_.recover) return driver;
   if (absl::Status s = driver->Recover(); !s.ok()) {
     driver->Log(absl::StrCat("recovery left work for later: ", s.message()));
   }

@@ -718,10 +718,14 @@ ApiServerStandin::Reply ApiServerStandin::Get(const httplib::Request& request) {
     if (it == options_.nodes.end()) {
       return {404, StatusBody(404, "NotFound", "nodes \"" + name + "\" not found")};
     }
-    return {200,
-            {{"apiVersion", "v1"},
-             {"kind", "Node"},
-             {"metadata", {{"name", name}, {"uid", it->second}, {"resourceVersion", "1"}}}}};
+    nlohmann::json node = {
+        {"apiVersion", "v1"},
+        {"kind", "Node"},
+        {"metadata", {{"name", name}, {"uid", it->second}, {"resourceVersion", "1"}}}};
+    if (auto a = node_annotations_.find(name); a != node_annotations_.end()) {
+      node["metadata"]["annotations"] = a->second;
+    }
+    return {200, node};
   }
   if (path.starts_with(kSlices)) {
     auto it = slices_.find(name);
@@ -947,6 +951,12 @@ void ApiServerStandin::SetDisabledGates(std::set<std::string> gates) {
 void ApiServerStandin::AddNode(const std::string& name, const std::string& uid) {
   std::lock_guard<std::mutex> lock(mutex_);
   options_.nodes[name] = uid;
+}
+
+void ApiServerStandin::SetNodeAnnotation(const std::string& node, const std::string& key,
+                                         const std::string& value) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  node_annotations_[node][key] = value;
 }
 
 void ApiServerStandin::FailNext(int count, int status) {

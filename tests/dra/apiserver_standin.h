@@ -79,6 +79,8 @@ class ApiServerStandin {
   void SetToken(std::string token);
   void SetDisabledGates(std::set<std::string> gates);
   void AddNode(const std::string& name, const std::string& uid);
+  // Sets an annotation of a Node (served with GET /api/v1/nodes/<node>).
+  void SetNodeAnnotation(const std::string& node, const std::string& key, const std::string& value);
 
   // Faults.
   void FailNext(int count, int status = 503);  // the next `count` requests get `status`
@@ -132,6 +134,7 @@ class ApiServerStandin {
   ApiServerOptions options_;
   std::map<std::string, nlohmann::json> slices_;
   std::map<std::string, nlohmann::json> claims_;  // "<ns>/<name>"
+  std::map<std::string, std::map<std::string, std::string>> node_annotations_;
   std::vector<LoggedRequest> log_;
   int fail_count_ = 0;
   int fail_status_ = 503;

@@ -71,6 +71,8 @@ struct NodeDriverOptions {
   k8s::AllocateOptions allocate;         // device nodes, interposer and shm paths
   k8s::NodeReaderOptions reader;
   std::function<void(const std::string&)> log;  // may be empty
+  // Run Recover() in Create (false: only look; `dra-driver --once` changes nothing).
+  bool recover = true;
   // Tests only: called after each step of prepare/unprepare ("gi-created", "ci-created", ...);
   // returning true stops the call there, as if the process died (nothing is undone).
   std::function<bool(std::string_view step)> crash_after;
