@@ -14,7 +14,8 @@ namespace gpuslice::dra {
 // kubelet's calls, answered by the node logic; one claim's failure is that claim's error only.
 class Driver::Handler : public ClaimHandler {
  public:
-  Handler(NodeDriver& node, std::string pool) : node_(node), pool_(std::move(pool)) {}
+  Handler(NodeDriver& node, std::string pool, std::function<void()> changed)
+      : node_(node), pool_(std::move(pool)), changed_(std::move(changed)) {}
 
   std::map<std::string, ClaimPrepareResult> Prepare(const std::vector<ClaimRef>& claims) override {
     std::map<std::string, ClaimPrepareResult> out;
@@ -30,6 +31,7 @@ class Driver::Handler : public ClaimHandler {
         result.devices.push_back({{p.request}, pool_, p.device, {p.cdi_id}, p.share_id});
       }
     }
+    changed_();
     return out;
   }
 
@@ -39,6 +41,7 @@ class Driver::Handler : public ClaimHandler {
       const absl::Status s = node_.Unprepare(claim.uid);
       out[claim.uid] = s.ok() ? "" : ErrorText(s);
     }
+    changed_();
     return out;
   }
 
@@ -57,6 +60,7 @@ class Driver::Handler : public ClaimHandler {
   }
   NodeDriver& node_;
   std::string pool_;
+  std::function<void()> changed_;
 };
 
 Driver::Driver(device::Backend& backend, const hw::Catalog& catalog, DriverOptions options)
@@ -89,7 +93,7 @@ absl::Status Driver::Start() {
       options_.node);
   if (!node.ok()) return node.status();
   node_ = std::move(*node);
-  handler_ = std::make_unique<Handler>(*node_, options_.node.node_name);
+  handler_ = std::make_unique<Handler>(*node_, options_.node.node_name, [this] { Wake(); });
   KubeletPluginOptions kubelet = options_.kubelet;
   kubelet.driver_name = options_.node.driver_name;
   if (!kubelet.log) kubelet.log = options_.log;
@@ -189,10 +193,20 @@ void Driver::PublishIfNeeded() {
   last_error_ = std::string(status.message());
 }
 
+void Driver::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    woken_ = true;
+  }
+  wake_.notify_all();
+}
+
 void Driver::Run(const std::atomic<bool>& stop) {
   while (!stop.load()) {
     Tick();
-    std::this_thread::sleep_for(options_.poll);
+    std::unique_lock<std::mutex> lock(wake_mu_);
+    wake_.wait_for(lock, options_.poll, [this] { return woken_; });
+    woken_ = false;
   }
 }
 

@@ -497,7 +497,7 @@ RC_GTEST_PROP(DraNodeDriverProperty, EveryAllocationTheSchedulerMakesIsPrepared,
   std::unique_ptr<NodeDriver> driver = node.Driver();
   RC_ASSERT(driver != nullptr);
   std::map<std::string, std::string> held;  // claim uid → device
-  for (int step = 0; step < 16; ++step) {
+  for (int step = 0; step < 12; ++step) {
     absl::StatusOr<std::vector<ResourceSlice>> slices = driver->Slices(SliceLayout::kSplit);
     RC_ASSERT(slices.ok());
     std::vector<json> objects;

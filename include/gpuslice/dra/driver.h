@@ -7,7 +7,7 @@
 //   * the API-server side (gpuslice/dra/kube_client.h, gpuslice/dra/publisher.h): the node's
 //     ResourceSlices and the claims prepare reads.
 //
-// Run's loop, every `poll`:
+// Run's loop, every `poll`, and at once after a prepare or unprepare:
 //   * kubelet: KubeletPlugin::Poll (sockets deleted or replaced, refused registrations);
 //   * health: the node's health is read; a change wakes the health streams and republishes (the
 //     taints change);
@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -83,6 +84,8 @@ class Driver {
 
  private:
   void PublishIfNeeded();
+  // Ends Run's wait early (after a prepare or unprepare: republish now, not at the next poll).
+  void Wake();
   void ReadDrain();
   void Log(const std::string& line) const;
 
@@ -106,6 +109,9 @@ class Driver {
   std::chrono::steady_clock::time_point last_publish_{};
   std::chrono::steady_clock::time_point next_drain_{};
   std::atomic<int> publishes_{0};
+  std::mutex wake_mu_;
+  std::condition_variable wake_;
+  bool woken_ = false;
   mutable std::mutex error_mu_;
   std::string last_error_;
 };
