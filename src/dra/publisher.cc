@@ -22,72 +22,6 @@ std::string StringAt(const json& object, const char* pointer) {
 // ---- Quantities -------------------------------------------------------------------------------
 
 // `digits` (decimal, most significant first) times `factor` (small).
-std::string MultiplyDigits(const std::string& digits, int factor) {
-  std::string out(digits.size(), '0');
-  int carry = 0;
-  for (size_t i = digits.size(); i-- > 0;) {
-    const int product = (digits[i] - '0') * factor + carry;
-    out[i] = static_cast<char>('0' + product % 10);
-    carry = product / 10;
-  }
-  while (carry > 0) {
-    out.insert(out.begin(), static_cast<char>('0' + carry % 10));
-    carry /= 10;
-  }
-  return out;
-}
-
-// The power of ten (or of 1024, `binary`) a suffix stands for; false if it is none.
-bool SuffixPower(std::string_view suffix, int* power, bool* binary) {
-  static const std::map<std::string_view, int> kBinary = {{"Ki", 1}, {"Mi", 2}, {"Gi", 3},
-                                                          {"Ti", 4}, {"Pi", 5}, {"Ei", 6}};
-  static const std::map<std::string_view, int> kDecimal = {
-      {"", 0},  {"n", -9}, {"u", -6}, {"m", -3}, {"k", 3},
-      {"M", 6}, {"G", 9},  {"T", 12}, {"P", 15}, {"E", 18}};
-  *binary = kBinary.contains(suffix);
-  if (*binary) {
-    *power = kBinary.at(suffix);
-    return true;
-  }
-  if (auto it = kDecimal.find(suffix); it != kDecimal.end()) {
-    *power = it->second;
-    return true;
-  }
-  if (suffix.size() < 2 || suffix.size() > 5 || (suffix[0] != 'e' && suffix[0] != 'E')) {
-    return false;
-  }
-  size_t i = 1;
-  const bool negative = suffix[i] == '-';
-  if (suffix[i] == '-' || suffix[i] == '+') ++i;
-  if (i == suffix.size()) return false;
-  int exponent = 0;
-  for (; i < suffix.size(); ++i) {
-    if (suffix[i] < '0' || suffix[i] > '9') return false;
-    exponent = exponent * 10 + (suffix[i] - '0');
-  }
-  *power = negative ? -exponent : exponent;
-  return true;
-}
-
-// `digits` shifted by `power` decimal places; dropped non-zero digits round the magnitude up.
-std::string ShiftDigits(std::string digits, int power) {
-  if (power >= 0) return digits.append(static_cast<size_t>(power), '0');
-  const size_t drop = static_cast<size_t>(-power);
-  const size_t keep = digits.size() > drop ? digits.size() - drop : 0;
-  const bool inexact = digits.find_first_not_of('0', keep) != std::string::npos;
-  digits.resize(keep);
-  if (!inexact) return digits;
-  // Add one: 0199 -> 0200.
-  size_t i = digits.size();
-  while (i > 0 && digits[i - 1] == '9') digits[--i] = '0';
-  if (i == 0) return "1" + digits;
-  ++digits[i - 1];
-  return digits;
-}
-
-// ---- Comparing specs --------------------------------------------------------------------------
-
-// Replaces a quantity (string, or number as the schema allows) by its exact value, if it is one.
 void CanonicalQuantity(json& quantity) {
   std::string text;
   if (quantity.is_string()) text = quantity.get<std::string>();
@@ -381,34 +315,6 @@ absl::Status Write(const DraApi& api, const Matching& matching, const Renderer& 
 }
 
 }  // namespace
-
-absl::StatusOr<std::string> QuantityNanos(std::string_view text) {
-  const auto invalid = [&] {
-    return absl::InvalidArgumentError(absl::StrCat("'", std::string(text), "' is not a quantity"));
-  };
-  size_t i = 0;
-  const bool negative = !text.empty() && text[0] == '-';
-  if (!text.empty() && (text[0] == '-' || text[0] == '+')) ++i;
-  std::string digits;
-  int fraction = 0;
-  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) digits.push_back(text[i]);
-  if (i < text.size() && text[i] == '.') {
-    for (++i; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i, ++fraction) {
-      digits.push_back(text[i]);
-    }
-  }
-  int power = 0;
-  bool binary = false;
-  if (digits.empty() || digits.size() > 64 || !SuffixPower(text.substr(i), &power, &binary) ||
-      power > 1000 || power < -1000) {
-    return invalid();
-  }
-  for (int k = 0; binary && k < power; ++k) digits = MultiplyDigits(digits, 1024);
-  digits = ShiftDigits(std::move(digits), 9 - fraction + (binary ? 0 : power));
-  digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size()));
-  if (digits.empty()) return std::string("0");
-  return negative ? "-" + digits : digits;
-}
 
 bool SameSliceSpec(const json& a, const json& b) { return Comparable(a) == Comparable(b); }
 

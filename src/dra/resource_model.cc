@@ -1,8 +1,8 @@
 #include "gpuslice/dra/resource_model.h"
 
 #include <cctype>
-#include <climits>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <regex>
@@ -115,78 +115,118 @@ std::string Quantity::ToString() const {
 
 namespace {
 
-__extension__ typedef __int128 Big;
-
-// The multiplier of a quantity suffix as a power of 2 (binary) or of 10 (decimal, may be < 0).
-struct Scale {
-  bool binary = false;
-  int exponent = 0;
-};
-
-std::optional<Scale> ScaleOf(std::string_view suffix) {
-  static const std::map<std::string_view, Scale> kSuffixes = {
-      {"", {false, 0}},   {"n", {false, -9}}, {"u", {false, -6}}, {"m", {false, -3}},
-      {"k", {false, 3}},  {"M", {false, 6}},  {"G", {false, 9}},  {"T", {false, 12}},
-      {"P", {false, 15}}, {"E", {false, 18}}, {"Ki", {true, 10}}, {"Mi", {true, 20}},
-      {"Gi", {true, 30}}, {"Ti", {true, 40}}, {"Pi", {true, 50}}, {"Ei", {true, 60}}};
-  if (auto it = kSuffixes.find(suffix); it != kSuffixes.end()) return it->second;
-  if (suffix.size() >= 2 && (suffix[0] == 'e' || suffix[0] == 'E')) {
-    int exponent = 0;
-    std::string digits(suffix.substr(1));
-    if (digits.size() > 3 || !absl::SimpleAtoi(digits, &exponent)) return std::nullopt;
-    return Scale{false, exponent};
+std::string MultiplyDigits(const std::string& digits, int factor) {
+  std::string out(digits.size(), '0');
+  int carry = 0;
+  for (size_t i = digits.size(); i-- > 0;) {
+    const int product = (digits[i] - '0') * factor + carry;
+    out[i] = static_cast<char>('0' + product % 10);
+    carry = product / 10;
   }
-  return std::nullopt;
+  while (carry > 0) {
+    out.insert(out.begin(), static_cast<char>('0' + carry % 10));
+    carry /= 10;
+  }
+  return out;
 }
 
+// The power of ten (or of 1024, `binary`) a suffix stands for; false if it is none.
+bool SuffixPower(std::string_view suffix, int* power, bool* binary) {
+  static const std::map<std::string_view, int> kBinary = {{"Ki", 1}, {"Mi", 2}, {"Gi", 3},
+                                                          {"Ti", 4}, {"Pi", 5}, {"Ei", 6}};
+  static const std::map<std::string_view, int> kDecimal = {
+      {"", 0},  {"n", -9}, {"u", -6}, {"m", -3}, {"k", 3},
+      {"M", 6}, {"G", 9},  {"T", 12}, {"P", 15}, {"E", 18}};
+  *binary = kBinary.contains(suffix);
+  if (*binary) {
+    *power = kBinary.at(suffix);
+    return true;
+  }
+  if (auto it = kDecimal.find(suffix); it != kDecimal.end()) {
+    *power = it->second;
+    return true;
+  }
+  if (suffix.size() < 2 || suffix.size() > 5 || (suffix[0] != 'e' && suffix[0] != 'E')) {
+    return false;
+  }
+  size_t i = 1;
+  const bool negative = suffix[i] == '-';
+  if (suffix[i] == '-' || suffix[i] == '+') ++i;
+  if (i == suffix.size()) return false;
+  int exponent = 0;
+  for (; i < suffix.size(); ++i) {
+    if (suffix[i] < '0' || suffix[i] > '9') return false;
+    exponent = exponent * 10 + (suffix[i] - '0');
+  }
+  *power = negative ? -exponent : exponent;
+  return true;
+}
+
+// `digits` shifted by `power` decimal places; dropped non-zero digits round the magnitude up.
+std::string ShiftDigits(std::string digits, int power) {
+  if (power >= 0) return digits.append(static_cast<size_t>(power), '0');
+  const size_t drop = static_cast<size_t>(-power);
+  const size_t keep = digits.size() > drop ? digits.size() - drop : 0;
+  const bool inexact = digits.find_first_not_of('0', keep) != std::string::npos;
+  digits.resize(keep);
+  if (!inexact) return digits;
+  // Add one: 0199 -> 0200.
+  size_t i = digits.size();
+  while (i > 0 && digits[i - 1] == '9') digits[--i] = '0';
+  if (i == 0) return "1" + digits;
+  ++digits[i - 1];
+  return digits;
+}
+
+// ---- Comparing specs --------------------------------------------------------------------------
+
+// Replaces a quantity (string, or number as the schema allows) by its exact value, if it is one.
 }  // namespace
 
-absl::StatusOr<std::int64_t> ParseQuantityMilli(const std::string& text) {
-  auto bad = [&](const char* why) {
-    return absl::InvalidArgumentError(absl::StrCat("quantity \"", text.substr(0, 64), "\": ", why));
+absl::StatusOr<std::string> QuantityNanos(std::string_view text) {
+  const auto invalid = [&] {
+    return absl::InvalidArgumentError(absl::StrCat("'", std::string(text), "' is not a quantity"));
   };
   size_t i = 0;
-  if (i < text.size() && text[i] == '+') ++i;
-  if (i < text.size() && text[i] == '-') return bad("negative");
-  const Big kLimit = static_cast<Big>(INT64_MAX);
-  Big mantissa = 0;
-  int decimals = 0;
-  bool digits = false;
-  bool point = false;
-  for (; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '.' && !point) {
-      point = true;
-      continue;
-    }
-    if (!std::isdigit(static_cast<unsigned char>(c))) break;
-    digits = true;
-    if (mantissa > kLimit * 1000) return bad("too large");
-    mantissa = mantissa * 10 + (c - '0');
-    if (point) ++decimals;
-  }
-  if (!digits) return bad("no digits");
-  const std::optional<Scale> scale = ScaleOf(std::string_view(text).substr(i));
-  if (!scale) return bad("unknown suffix");
-  // value = mantissa / 10^decimals * scale * 1000
-  Big numerator = mantissa;
-  Big denominator = 1;
-  int ten = 3 - decimals + (scale->binary ? 0 : scale->exponent);
-  for (; ten > 0; --ten) {
-    numerator *= 10;
-    if (numerator > kLimit * 1000) return bad("too large");
-  }
-  if (ten < -30) return mantissa > 0 ? 1 : 0;  // finer than a thousandth: rounds up
-  for (; ten < 0; ++ten) denominator *= 10;
-  if (scale->binary) {
-    for (int b = 0; b < scale->exponent; ++b) {
-      numerator *= 2;
-      if (numerator > kLimit * 1000) return bad("too large");
+  const bool negative = !text.empty() && text[0] == '-';
+  if (!text.empty() && (text[0] == '-' || text[0] == '+')) ++i;
+  std::string digits;
+  int fraction = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) digits.push_back(text[i]);
+  if (i < text.size() && text[i] == '.') {
+    for (++i; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i, ++fraction) {
+      digits.push_back(text[i]);
     }
   }
-  const Big value = (numerator + denominator - 1) / denominator;
-  if (value > kLimit) return bad("too large");
-  return static_cast<std::int64_t>(value);
+  int power = 0;
+  bool binary = false;
+  if (digits.empty() || digits.size() > 64 || !SuffixPower(text.substr(i), &power, &binary) ||
+      power > 1000 || power < -1000) {
+    return invalid();
+  }
+  for (int k = 0; binary && k < power; ++k) digits = MultiplyDigits(digits, 1024);
+  digits = ShiftDigits(std::move(digits), 9 - fraction + (binary ? 0 : power));
+  digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size()));
+  if (digits.empty()) return std::string("0");
+  return negative ? "-" + digits : digits;
+}
+
+absl::StatusOr<std::int64_t> ParseQuantityMilli(const std::string& text) {
+  absl::StatusOr<std::string> nanos = QuantityNanos(text);
+  if (!nanos.ok()) return nanos.status();
+  if (nanos->front() == '-') {
+    return absl::InvalidArgumentError(absl::StrCat("'", text.substr(0, 64), "' is negative"));
+  }
+  // Thousandths = nanos / 10^6, rounded up.
+  const size_t keep = nanos->size() > 6 ? nanos->size() - 6 : 0;
+  const std::string whole = keep == 0 ? "0" : nanos->substr(0, keep);
+  const bool rest = nanos->find_first_not_of('0', keep) != std::string::npos;
+  std::int64_t milli = 0;
+  if (whole.size() > 19 || !absl::SimpleAtoi(whole, &milli) ||
+      (rest && milli == std::numeric_limits<std::int64_t>::max())) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text.substr(0, 64), "' is too large"));
+  }
+  return rest ? milli + 1 : milli;
 }
 
 bool IsDnsLabel(const std::string& name) {

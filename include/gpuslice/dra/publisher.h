@@ -66,12 +66,6 @@ class SlicePublisher {
   std::string driver_;
 };
 
-// The exact value of a Kubernetes quantity ("7", "81920Mi", "1.5Gi", "500m", "1e3", "-2k") in
-// units of 10^-9, as a decimal integer string with a leading '-' when negative ("0" for zero);
-// finer values are rounded up in magnitude, as the API server does. InvalidArgument for text
-// that is not a quantity. Two quantities are equal exactly when these strings are.
-absl::StatusOr<std::string> QuantityNanos(std::string_view text);
-
 // Whether two ResourceSlice specs mean the same (the comparison described above).
 bool SameSliceSpec(const nlohmann::json& a, const nlohmann::json& b);
 

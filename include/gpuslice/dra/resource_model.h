@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -30,10 +31,13 @@ struct Quantity {
 inline Quantity Count(std::int64_t n) { return {n, false}; }
 inline Quantity Mebibytes(std::int64_t n) { return {n, true}; }
 
-// Reads a Kubernetes quantity ("250", "10Gi", "1.5G", "500m", "1e3") as thousandths of its unit,
-// rounded up (the API server rounds finer values up too). InvalidArgument for anything else, a
-// negative value or one past 2^63 thousandths. Quantities are compared numerically this way,
-// never as text: the server canonicalises them ("1024Mi" comes back as "1Gi").
+// The exact value of a Kubernetes quantity ("7", "81920Mi", "1.5Gi", "500m", "1e3", "-2k") in
+// units of 10^-9, as a decimal integer string with a leading '-' when negative ("0" for zero);
+// finer values are rounded up in magnitude, as the API server does. InvalidArgument for text
+// that is not a quantity. Two quantities are equal exactly when these strings are.
+absl::StatusOr<std::string> QuantityNanos(std::string_view text);
+// A non-negative quantity as thousandths of its unit, rounded up, from QuantityNanos:
+// InvalidArgument for text that is not a quantity, a negative value or one past 2^63 - 1.
 absl::StatusOr<std::int64_t> ParseQuantityMilli(const std::string& text);
 
 // A semantic version "MAJOR.MINOR.PATCH" attribute value.
