@@ -20,7 +20,7 @@ done
 if [[ ${#harnesses[@]} -eq 0 ]]; then
   harnesses=(fuzz_http_head fuzz_http_transport fuzz_layout_text fuzz_mig_parted fuzz_catalog_yaml
              fuzz_text_checks fuzz_plan_inputs fuzz_replay_csv fuzz_api_bodies fuzz_extender_json
-             fuzz_shim_inputs fuzz_store_rows)
+             fuzz_shim_inputs fuzz_store_rows fuzz_dra_inputs)
 fi
 scripts/setup.sh >/dev/null  # clang and its libFuzzer runtime are among its packages
 # -O1 with line tables: libFuzzer's advice for speed and usable reports, and a quicker build;

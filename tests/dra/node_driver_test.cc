@@ -393,6 +393,38 @@ TEST(DraNodeDriver, WholeGpuIsExclusive) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(DraNodeDriver, AFixedLayoutOffersItsInstancesAsTheyAre) {
+  Node node("1xH100-80GB", {0});
+  const hw::MigSpec& mig = *Catalog().Find("H100-80GB")->mig;
+  const int three_g = mig.FindProfile("3g.40gb")->smi_id;
+  absl::StatusOr<device::GpuInstanceInfo> gi = node.backend->CreateGpuInstance(0, three_g, 4);
+  ASSERT_TRUE(gi.ok());
+  // Its full-size compute instance (3c), as an admin's `nvidia-smi mig -cgi ... -C` makes it.
+  ASSERT_TRUE(node.backend->CreateComputeInstance(0, gi->id, mig.ci_profiles[3].back().id, 0).ok());
+  NodeDriverOptions options = node.Options();
+  options.fixed_gpus = {"0"};
+  std::unique_ptr<NodeDriver> driver = node.Driver(options);
+  absl::StatusOr<std::vector<ResourceSlice>> slices = driver->Slices(SliceLayout::kSplit);
+  ASSERT_TRUE(slices.ok()) << slices.status();
+  EXPECT_EQ(DeviceNames(*slices), std::set<std::string>{MigDeviceName(0, "3g.40gb", 4)});
+  for (const ResourceSlice& s : *slices) {
+    EXPECT_TRUE(s.shared_counters.empty());
+    for (const Device& d : s.devices) EXPECT_TRUE(d.consumes_counters.empty());
+  }
+  // Prepare hands out the existing instance; unprepare leaves it.
+  node.Claim("f", {{{"device", MigDeviceName(0, "3g.40gb", 4)}}});
+  absl::StatusOr<std::vector<PreparedOut>> out = driver->Prepare("default", "uid-f", "f");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(
+      EnvOf(node.CdiSpecOf("uid-f")["devices"][0]).at("NVIDIA_VISIBLE_DEVICES").rfind("MIG-", 0),
+      0u);
+  node.Claim("f2", {{{"device", MigDeviceName(0, "3g.40gb", 4)}}});
+  EXPECT_EQ(driver->Prepare("default", "uid-f2", "f2").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(driver->Unprepare("uid-f").ok());
+  EXPECT_EQ(node.Gis(0).size(), 1u);
+}
+
 // Crash (the process stops, nothing undone) after each step of prepare; a restarted driver
 // converges: an unfinished prepare is undone, a finished one kept, and prepare works again.
 TEST(DraNodeDriver, CrashAtEveryStepOfPrepareConverges) {
