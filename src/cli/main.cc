@@ -15,6 +15,8 @@ void AddMeasureCommand(CLI::App& app, const GlobalOptions& global, Action* actio
 void AddExtenderCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 // gpuslice device-plugin (command_device_plugin.cc).
 void AddDevicePluginCommand(CLI::App& app, const GlobalOptions& global, Action* action);
+// gpuslice dra-driver (command_dra_driver.cc).
+void AddDraDriverCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 }  // namespace gpuslice::cli
 
 int main(int argc, char** argv) {
@@ -80,6 +82,7 @@ int main(int argc, char** argv) {
   AddMeasureCommand(app, global, &action);
   AddExtenderCommand(app, global, &action);
   AddDevicePluginCommand(app, global, &action);
+  AddDraDriverCommand(app, global, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

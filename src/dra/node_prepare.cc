@@ -1,5 +1,6 @@
 // NodeDriver: prepare, unprepare and recovery (the node's offer is in node_driver.cc).
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <utility>
@@ -342,6 +343,16 @@ absl::StatusOr<std::unique_ptr<NodeDriver>> NodeDriver::Create(device::Backend& 
     return absl::InvalidArgumentError("the DRA driver needs a checkpoint file");
   }
   if (options.node_name.empty()) return absl::InvalidArgumentError("the node name is empty");
+  if (const std::filesystem::path dir =
+          std::filesystem::path(options.checkpoint_path).parent_path();
+      !dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    if (error) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create the state directory ", dir.string(), ": ", error.message()));
+    }
+  }
   absl::StatusOr<Checkpoint> checkpoint = LoadCheckpoint(options.checkpoint_path);
   if (!checkpoint.ok()) return checkpoint.status();
   std::unique_ptr<NodeDriver> driver(

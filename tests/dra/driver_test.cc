@@ -251,6 +251,52 @@ TEST(DraDriverEndToEnd, AFractionalClaimsLimitsReachTheInterposer) {
   EXPECT_NE(bad->error.find("not offered"), std::string::npos) << bad->error;
 }
 
+// Fractional claims (the seed's nvidia.com/gpu: 0.25, here compute 255 per mille and 10 GiB)
+// allocated by the stand-in scheduler's consumable-capacity rules until the shared GPU is full;
+// each prepared claim's interposer limits are what the allocation consumed.
+TEST(DraDriverEndToEnd, FractionalClaimsFillASharedGpu) {
+  Cluster c("1xA100-40GB", {}, {"0"});
+  ASSERT_TRUE(c.driver->Start().ok());
+  ASSERT_TRUE(
+      c.TickUntil([&] { return c.kubelet->registrations() >= 1 && !c.NodeSlices().empty(); }));
+  StandinScheduler scheduler;
+  ASSERT_TRUE(scheduler.Load(c.NodeSlices()).ok());
+  const std::string device = SharedDeviceName(0);
+  int prepared = 0;
+  for (int i = 0; i < 10; ++i) {
+    absl::StatusOr<std::map<std::string, std::int64_t>> consumed =
+        scheduler.Share(device, {{"compute", "255"}, {"memory", "10Gi"}});
+    if (!consumed.ok()) {
+      EXPECT_EQ(consumed.status().code(), absl::StatusCode::kResourceExhausted);
+      break;
+    }
+    EXPECT_EQ(consumed->at("compute"), 260);  // rounded up to the step of 10
+    scheduler.AllocateShare(device, *consumed);
+    char share[40];
+    std::snprintf(share, sizeof(share), "6d1f1b38-5a57-4c1e-9d7a-0c0a1b2c3d%02d", i);
+    const std::string name = "part" + std::to_string(i);
+    absl::StatusOr<kubelet_standin::SeenClaim> seen =
+        c.PrepareClaim(name, {{{"device", device},
+                               {"shareID", share},
+                               {"consumedCapacity",
+                                {{"compute", std::to_string(consumed->at("compute"))},
+                                 {"memory", std::to_string(consumed->at("memory"))}}}}});
+    ASSERT_TRUE(seen.ok()) << seen.status();
+    ASSERT_EQ(seen->error, "") << name;
+    std::ifstream in(CdiSpecPath(c.dir + "/cdi", c.uids.at(name)));
+    std::stringstream text;
+    text << in.rdbuf();
+    const json spec = json::parse(text.str());
+    std::set<std::string> env;
+    for (const json& e : spec["devices"][0]["containerEdits"]["env"])
+      env.insert(e.get<std::string>());
+    EXPECT_TRUE(env.contains("GPUSLICE_COMPUTE_SHARE_MILLI=260"));
+    EXPECT_TRUE(env.contains("GPUSLICE_VRAM_LIMIT_MIB=10240"));
+    ++prepared;
+  }
+  EXPECT_EQ(prepared, 3);  // 4 x 260 per mille would pass 1000
+}
+
 TEST(DraDriverEndToEnd, KubeletRestartAndSliceWipeAreRepaired) {
   Cluster c("1xH100-80GB", {0});
   ASSERT_TRUE(c.driver->Start().ok());

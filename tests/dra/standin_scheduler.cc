@@ -83,4 +83,74 @@ void StandinScheduler::Release(const std::string& name) {
   }
 }
 
+namespace {
+
+// What one request consumes of one capacity under its policy, or -1 when it cannot be met.
+std::int64_t Consumption(const nlohmann::json& policy, std::int64_t asked) {
+  if (policy.contains("validValues")) {
+    for (const nlohmann::json& v : policy["validValues"]) {
+      const std::int64_t value = ParseQuantity(v);
+      if (value >= asked) return value;
+    }
+    return -1;
+  }
+  const nlohmann::json& range = policy["validRange"];
+  const std::int64_t min = ParseQuantity(range["min"]);
+  std::int64_t want = std::max(asked, min);
+  if (range.contains("step")) {
+    const std::int64_t step = ParseQuantity(range["step"]);
+    want = min + (want - min + step - 1) / step * step;
+  }
+  if (range.contains("max") && want > ParseQuantity(range["max"])) return -1;
+  return want;
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, std::int64_t>> StandinScheduler::Share(
+    const std::string& name, const std::map<std::string, std::string>& requests) const {
+  auto it = devices_.find(name);
+  if (it == devices_.end()) return absl::NotFoundError(name);
+  const nlohmann::json& device = it->second;
+  if (!device.value("allowMultipleAllocations", false)) {
+    return absl::FailedPreconditionError(name + " does not allow several allocations");
+  }
+  std::map<std::string, std::int64_t> consumed;
+  const nlohmann::json& capacity = device["capacity"];
+  for (const auto& [key, entry] : capacity.items()) {
+    const std::int64_t value = ParseQuantity(entry["value"]);
+    std::int64_t want = 0;
+    auto asked = requests.find(key);
+    if (entry.contains("requestPolicy")) {
+      const nlohmann::json& policy = entry["requestPolicy"];
+      want = Consumption(policy, asked != requests.end() ? ParseQuantity(asked->second)
+                                                         : ParseQuantity(policy["default"]));
+      if (want < 0) return absl::OutOfRangeError(key + " request outside the policy");
+    } else {
+      want = asked != requests.end() ? ParseQuantity(asked->second) : value;
+    }
+    std::int64_t used = 0;
+    if (auto u = shared_use_.find(name); u != shared_use_.end() && u->second.contains(key)) {
+      used = u->second.at(key);
+    }
+    if (used + want > value) return absl::ResourceExhaustedError(key + " exhausted on " + name);
+    consumed[key] = want;
+  }
+  for (const auto& [key, text] : requests) {
+    if (!capacity.contains(key))
+      return absl::InvalidArgumentError(name + " has no capacity " + key);
+  }
+  return consumed;
+}
+
+void StandinScheduler::AllocateShare(const std::string& name,
+                                     const std::map<std::string, std::int64_t>& consumed) {
+  for (const auto& [key, amount] : consumed) shared_use_[name][key] += amount;
+}
+
+void StandinScheduler::ReleaseShare(const std::string& name,
+                                    const std::map<std::string, std::int64_t>& consumed) {
+  for (const auto& [key, amount] : consumed) shared_use_[name][key] -= amount;
+}
+
 }  // namespace gpuslice::dra::testing_standin

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
 namespace gpuslice::dra::testing_standin {
@@ -35,6 +36,19 @@ class StandinScheduler {
   void Release(const std::string& name);
   const std::set<std::string>& allocated() const { return allocated_; }
 
+  // Consumable capacity (devices with allowMultipleAllocations; KEP 5075 as §4.4 and §4.6 of the
+  // reference describe the fields): each capacity with a requestPolicy is consumed by what the
+  // request asks (its policy's default when it asks nothing), raised to the policy's minimum and
+  // rounded up to the next step of its validRange (or the next of its validValues); a request
+  // past the policy's maximum cannot be met. The consumption of all allocations of a device stays
+  // within each capacity's value. Returns the consumed amounts in base units, or an error saying
+  // why the device cannot take the request.
+  absl::StatusOr<std::map<std::string, std::int64_t>> Share(
+      const std::string& name, const std::map<std::string, std::string>& requests) const;
+  // REQUIRES: Share(name, requests) succeeded; records that consumption.
+  void AllocateShare(const std::string& name, const std::map<std::string, std::int64_t>& consumed);
+  void ReleaseShare(const std::string& name, const std::map<std::string, std::int64_t>& consumed);
+
   // The first device in publication order that `accept` likes and that can be allocated; "" if
   // none (the scheduler's first fit).
   template <typename Accept>
@@ -53,6 +67,8 @@ class StandinScheduler {
   std::map<std::string, nlohmann::json> devices_;
   std::vector<std::string> order_;
   std::set<std::string> allocated_;
+  std::map<std::string, std::map<std::string, std::int64_t>>
+      shared_use_;  // device → capacity → sum
 };
 
 }  // namespace gpuslice::dra::testing_standin

@@ -3,6 +3,9 @@
 // `--help` of the built binary; hostPath volumes are mounted where the flags point; the
 // scheduler configuration uses the field names of kubescheduler.config.k8s.io/v1 `Extender`
 // (../shared/reference/kubernetes-apis.md §3.4) and points at the extender's Service.
+// The DRA deployment (deploy/kubernetes/dra, its own kustomization): the RBAC of
+// ../shared/reference/kubernetes-dra.md §6.5, kubelet's and CDI's paths mounted at the host's own
+// (§1.1, §7.4), and deviceclasses.yaml equal to `gpuslice dra-driver --device-classes`.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <yaml-cpp/yaml.h>
@@ -11,8 +14,10 @@
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -202,8 +207,11 @@ TEST(K8sManifests, EveryDocumentParsesAndIsAKindWeUse) {
       {"apps/v1", "Deployment"},
       {"apps/v1", "DaemonSet"},
       {"kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration"},
-      {"kustomize.config.k8s.io/v1beta1", "Kustomization"}};
-  const std::set<std::string> cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"};
+      {"kustomize.config.k8s.io/v1beta1", "Kustomization"},
+      {"resource.k8s.io/v1", "DeviceClass"},
+      {"resource.k8s.io/v1", "ResourceClaimTemplate"}};
+  const std::set<std::string> cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding",
+                                                "DeviceClass"};
   const std::vector<Document> documents = LoadAll();
   ASSERT_GE(documents.size(), 15u);
   std::set<std::string> kinds;
@@ -215,7 +223,7 @@ TEST(K8sManifests, EveryDocumentParsesAndIsAKindWeUse) {
     kinds.insert(kind);
     if (kind == "KubeSchedulerConfiguration" || kind == "Kustomization") continue;
     EXPECT_FALSE(Name(d).empty()) << kind;
-    if (kind == "Pod") continue;  // examples, in the user's namespace
+    if (kind == "Pod" || kind == "ResourceClaimTemplate") continue;  // examples: user's namespace
     if (cluster_scoped.contains(kind)) {
       EXPECT_FALSE(d.node["metadata"]["namespace"]) << kind << " " << Name(d);
     } else {
@@ -227,22 +235,44 @@ TEST(K8sManifests, EveryDocumentParsesAndIsAKindWeUse) {
   ASSERT_NE(Find(documents, "Namespace", kNamespace), nullptr);
 }
 
-TEST(K8sManifests, KustomizationListsEveryObjectFile) {
-  const YAML::Node kustomization = YAML::LoadFile((kDeployDir / "kustomization.yaml").string());
+// The kustomization of `dir` ("" or "dra/", relative to deploy/kubernetes) lists every YAML file
+// of that folder except itself, examples/ and `not_objects`; a folder with its own kustomization
+// (dra/) belongs to that one.
+void ExpectKustomizationListsEveryFile(const std::string& dir,
+                                       const std::set<std::string>& not_objects) {
+  SCOPED_TRACE(dir + "kustomization.yaml");
+  const YAML::Node kustomization =
+      YAML::LoadFile((kDeployDir / dir / "kustomization.yaml").string());
   std::set<std::string> listed;
   for (const YAML::Node& r : kustomization["resources"]) {
     const std::string file = r.as<std::string>();
-    EXPECT_TRUE(fs::exists(kDeployDir / file)) << file;
+    EXPECT_TRUE(fs::exists(kDeployDir / dir / file)) << file;
+    EXPECT_EQ(file.find(".."), std::string::npos) << file << ": kustomize loads nothing above";
     listed.insert(file);
   }
-  for (const std::string& file : YamlFiles()) {
-    if (file == "kustomization.yaml" || file == "scheduler-config.yaml" ||
+  for (const std::string& path : YamlFiles()) {
+    if (!path.starts_with(dir)) continue;
+    const std::string file = path.substr(dir.size());
+    if (dir.empty() && file.starts_with("dra/")) continue;
+    if (file == "kustomization.yaml" || not_objects.contains(file) ||
         file.starts_with("examples/")) {
       EXPECT_FALSE(listed.contains(file)) << file;
     } else {
       EXPECT_TRUE(listed.contains(file)) << file << " is not in kustomization.yaml";
     }
   }
+}
+
+TEST(K8sManifests, KustomizationListsEveryObjectFile) {
+  ExpectKustomizationListsEveryFile("", {"scheduler-config.yaml"});
+}
+
+TEST(K8sManifests, DraKustomizationListsEveryObjectFile) {
+  ExpectKustomizationListsEveryFile("dra/", {});
+  // Its namespace is the same object as the device plugin deployment's.
+  const YAML::Node dra = YAML::LoadFile((kDeployDir / "dra" / "namespace.yaml").string());
+  const YAML::Node base = YAML::LoadFile((kDeployDir / "namespace.yaml").string());
+  EXPECT_EQ(YAML::Dump(dra), YAML::Dump(base));
 }
 
 TEST(K8sManifests, ServiceAccountsAndRbac) {
@@ -273,9 +303,30 @@ TEST(K8sManifests, ServiceAccountsAndRbac) {
   EXPECT_EQ(extender.at("nodes"), (std::set<std::string>{"get", "list"}));
   const auto plugin = rules("gpuslice-device-plugin");
   EXPECT_EQ(plugin.at("nodes"), (std::set<std::string>{"get"}));
+  // The DRA driver: exactly the rights of kubernetes-dra.md §6.5, each in its API group.
+  std::map<std::string, std::set<std::string>> dra;
+  const Document* dra_role = Find(documents, "ClusterRole", "gpuslice-dra-driver");
+  ASSERT_NE(dra_role, nullptr);
+  for (const YAML::Node& rule : dra_role->node["rules"]) {
+    for (const YAML::Node& group : rule["apiGroups"]) {
+      for (const YAML::Node& resource : rule["resources"]) {
+        for (const YAML::Node& verb : rule["verbs"]) {
+          dra[group.as<std::string>() + "/" + resource.as<std::string>()].insert(
+              verb.as<std::string>());
+        }
+      }
+    }
+  }
+  const std::map<std::string, std::set<std::string>> dra_expected = {
+      {"resource.k8s.io/resourceslices",
+       {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
+      {"resource.k8s.io/resourceclaims", {"get", "list", "watch"}},
+      {"/nodes", {"get"}}};
+  EXPECT_EQ(dra, dra_expected);
   for (const auto& [role, account] : std::vector<std::pair<std::string, std::string>>{
            {"gpuslice-extender", "gpuslice-extender"},
-           {"gpuslice-device-plugin", "gpuslice-node"}}) {
+           {"gpuslice-device-plugin", "gpuslice-node"},
+           {"gpuslice-dra-driver", "gpuslice-dra-driver"}}) {
     const Document* binding = Find(documents, "ClusterRoleBinding", role);
     ASSERT_NE(binding, nullptr) << role;
     EXPECT_EQ(binding->node["roleRef"]["name"].as<std::string>(), role);
@@ -316,7 +367,8 @@ TEST(K8sManifests, EnvironmentReferencesAreDefined) {
 TEST(K8sManifests, TheSubcommandsRun) {
   std::set<std::string> subcommands;
   for (const Invocation& call : GpusliceInvocations(LoadAll())) subcommands.insert(call.subcommand);
-  EXPECT_EQ(subcommands, (std::set<std::string>{"agent", "device-plugin", "extender", "serve"}));
+  EXPECT_EQ(subcommands,
+            (std::set<std::string>{"agent", "device-plugin", "dra-driver", "extender", "serve"}));
 }
 
 class K8sManifestFlags : public testing::TestWithParam<std::string> {};
@@ -343,7 +395,8 @@ TEST_P(K8sManifestFlags, EveryFlagIsInTheSubcommandsHelp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Subcommands, K8sManifestFlags,
-                         testing::Values("serve", "agent", "device-plugin", "extender"),
+                         testing::Values("serve", "agent", "device-plugin", "extender",
+                                         "dra-driver"),
                          [](const testing::TestParamInfo<std::string>& param) {
                            std::string name = param.param;
                            std::replace(name.begin(), name.end(), '-', '_');
@@ -445,6 +498,97 @@ TEST(K8sManifests, NodeDaemonSetReachesTheHost) {
   EXPECT_EQ(FlagValue(agent, "--server"), "http://gpuslice.gpuslice-system.svc:8470");
   EXPECT_EQ(FlagValue(agent, "--host"), "$(NODE_NAME)");
   EXPECT_NE(Find(documents, "Service", "gpuslice"), nullptr);
+}
+
+TEST(K8sManifests, DraDaemonSetReachesTheHost) {
+  const std::vector<Document> documents = LoadAll();
+  const Document* ds = Find(documents, "DaemonSet", "gpuslice-dra-driver");
+  ASSERT_NE(ds, nullptr);
+  EXPECT_EQ(ds->file, "dra/daemonset.yaml");
+  const YAML::Node spec = ds->node["spec"]["template"]["spec"];
+  EXPECT_EQ(spec["serviceAccountName"].as<std::string>(""), "gpuslice-dra-driver");
+  YAML::Node driver;
+  bool found = false;
+  for (const YAML::Node& c : spec["containers"]) {
+    if (GpusliceSubcommand(Argv(c)) != "dra-driver") continue;
+    driver = c;
+    found = true;
+  }
+  ASSERT_TRUE(found) << "no container runs gpuslice dra-driver";
+  const std::vector<std::string> argv = Argv(driver);
+  // Privileged (MIG instances are created here) and sees the host's /dev.
+  EXPECT_TRUE(driver["securityContext"]["privileged"].as<bool>(false));
+  const auto mounts = HostMounts(spec, driver);
+  EXPECT_TRUE(OnSameHostPath(mounts, "/dev"));
+  // kubelet is told the sockets' host paths and the runtime reads the CDI specs on the host, so
+  // these are mounted where they are on the host (kubernetes-dra.md §1.1, §7.4).
+  for (const std::string host : {"/var/lib/kubelet/plugins_registry",
+                                 "/var/lib/kubelet/plugins/gpu.gpuslice.io", "/var/run/cdi"}) {
+    ASSERT_TRUE(mounts.contains(host)) << host << " is not mounted";
+    EXPECT_EQ(mounts.at(host), host);
+  }
+  for (const auto& [host, mount] : mounts) {
+    if (host.starts_with("/var/lib/kubelet") || host.starts_with("/var/run/cdi")) {
+      EXPECT_EQ(mount, host);
+    }
+  }
+  // The paths the flags name lie on those mounts.
+  const std::map<std::string, std::string> expected = {
+      {"--node-name", "$(NODE_NAME)"},
+      {"--registry-dir", "/var/lib/kubelet/plugins_registry"},
+      {"--plugin-dir", "/var/lib/kubelet/plugins/gpu.gpuslice.io"},
+      {"--cdi-dir", "/var/run/cdi"},
+      {"--state-dir", "/var/lib/gpuslice/dra"},
+      {"--interposer", "/usr/lib/gpuslice/libgpuslice-cuda.so"},
+      {"--shm-dir", "/dev/shm/gpuslice"}};
+  for (const auto& [flag, value] : expected) {
+    EXPECT_EQ(FlagValue(argv, flag), value) << flag;
+    if (value.starts_with("/")) {
+      EXPECT_TRUE(OnSameHostPath(mounts, value)) << flag << " " << value;
+    }
+  }
+  EXPECT_FALSE(FlagValue(argv, "--shared-gpus").empty());
+  EXPECT_FALSE(FlagValue(argv, "--fixed-gpus").empty());
+  // NODE_NAME from the downward API.
+  bool node_name = false;
+  for (const YAML::Node& e : driver["env"]) {
+    if (e["name"].as<std::string>() != "NODE_NAME") continue;
+    node_name = e["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>("") == "spec.nodeName";
+  }
+  EXPECT_TRUE(node_name);
+  // An init container puts the interposer into the host folder the driver mounts it from.
+  bool installs = false;
+  for (const YAML::Node& c : spec["initContainers"]) {
+    for (const auto& [host, mount] : HostMounts(spec, c)) {
+      installs = installs || host == "/usr/lib/gpuslice";
+    }
+  }
+  EXPECT_TRUE(installs);
+  EXPECT_TRUE(mounts.contains("/usr/lib/gpuslice"));
+}
+
+// deploy/kubernetes/dra/deviceclasses.yaml is what the built binary prints.
+TEST(K8sManifests, DraDeviceClassesAreCurrent) {
+  const auto [printed, status] =
+      RunCommand("(" + std::string(GPUSLICE_BINARY) + " dra-driver --device-classes 2>/dev/null)");
+  ASSERT_EQ(status, 0) << printed;
+  std::ifstream in(kDeployDir / "dra" / "deviceclasses.yaml");
+  ASSERT_TRUE(in) << "deploy/kubernetes/dra/deviceclasses.yaml is missing";
+  std::stringstream file;
+  file << in.rdbuf();
+  EXPECT_EQ(file.str(), printed)
+      << "deploy/kubernetes/dra/deviceclasses.yaml is stale; regenerate it with\n"
+      << "  gpuslice dra-driver --device-classes > deploy/kubernetes/dra/deviceclasses.yaml";
+  std::set<std::string> classes;
+  for (const YAML::Node& node : YAML::LoadAll(printed)) {
+    if (node.IsNull()) continue;
+    EXPECT_EQ(node["kind"].as<std::string>(), "DeviceClass");
+    classes.insert(node["metadata"]["name"].as<std::string>());
+  }
+  EXPECT_TRUE(classes.contains("gpu.gpuslice.io"));
+  EXPECT_TRUE(classes.contains("mig.gpuslice.io"));
+  EXPECT_TRUE(classes.contains("shared.gpuslice.io"));
+  EXPECT_TRUE(classes.contains("mig-1g-10gb.gpuslice.io"));
 }
 
 // Field names of kubescheduler.config.k8s.io/v1 Extender (reference §3.4).
