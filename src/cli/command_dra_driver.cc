@@ -129,15 +129,36 @@ int RunOnce(const DraDriverOptions& o, device::Backend& backend, const hw::Catal
     PrintError(std::string(driver.status().message()));
     return driver.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : 1;
   }
+  // With --kube-api: the API server's version picks the layout and the Node's uid owns the slices.
+  std::string version = o.kubernetes_version;
+  std::string node_uid;
+  if (!o.kube_api.empty()) {
+    absl::StatusOr<k8s::KubeApiClient> client = k8s::KubeApiClient::Create(
+        {o.kube_api, o.kube_token_file, o.kube_ca, o.insecure_skip_tls_verify});
+    if (!client.ok()) {
+      PrintError(absl::StrCat("--kube-api: ", client.status().message()));
+      return kExitBadInput;
+    }
+    const dra::DraApi api(std::move(*client));
+    absl::StatusOr<std::string> git_version = api.GitVersion();
+    absl::StatusOr<std::string> uid =
+        git_version.ok() ? api.NodeUid(node.node_name) : git_version.status();
+    if (!uid.ok()) {
+      PrintError(absl::StrCat("asking the API server: ", uid.status().message()));
+      return 1;
+    }
+    version = *git_version;
+    node_uid = *uid;
+  }
   absl::StatusOr<std::vector<dra::ResourceSlice>> slices =
-      (*driver)->Slices(dra::LayoutFor(o.kubernetes_version));
+      (*driver)->Slices(dra::LayoutFor(version));
   if (!slices.ok()) {
     PrintError(absl::StrCat("reading the node: ", slices.status().message()));
     return 1;
   }
   if (o.json) {
     nlohmann::json out = nlohmann::json::array();
-    for (const dra::ResourceSlice& slice : *slices) out.push_back(dra::ToJson(slice));
+    for (const dra::ResourceSlice& slice : *slices) out.push_back(dra::ToJson(slice, node_uid));
     PrintJson(out);
     return kExitOk;
   }
@@ -239,7 +260,7 @@ void AddDraDriverCommand(CLI::App& app, const GlobalOptions& global, Action* act
                 "Leave /dev/nvidia* nodes out of the CDI specs (the NVIDIA runtime adds them)");
   cmd->add_option("--kubernetes-version", o->kubernetes_version,
                   "With --once: the slice layout of this Kubernetes version (1.34: counters "
-                  "beside devices; 1.35+: apart)")
+                  "beside devices; 1.35+: apart); with --kube-api the API server's own version")
       ->capture_default_str();
   cmd->add_flag("--once", o->once,
                 "Print the ResourceSlices this node would publish and exit (changes nothing)");

@@ -343,9 +343,9 @@ absl::StatusOr<std::unique_ptr<NodeDriver>> NodeDriver::Create(device::Backend& 
     return absl::InvalidArgumentError("the DRA driver needs a checkpoint file");
   }
   if (options.node_name.empty()) return absl::InvalidArgumentError("the node name is empty");
-  if (const std::filesystem::path dir =
-          std::filesystem::path(options.checkpoint_path).parent_path();
-      !dir.empty()) {
+  // A driver that only looks (recover off: `dra-driver --once`) makes nothing.
+  const std::filesystem::path dir = std::filesystem::path(options.checkpoint_path).parent_path();
+  if (options.recover && !dir.empty()) {
     std::error_code error;
     std::filesystem::create_directories(dir, error);
     if (error) {
