@@ -18,11 +18,11 @@ case "${1:-}" in
     scripts/build.sh "$build_dir" --targets gpuslice_test_pch "${asan_flags[@]}"
     # Every test binary but those that drive the gpuslice command as a separate process or link
     # the CLI library (the code they reach runs in-process in the unit tests; the normal build runs
-    # them all) and the wall-clock share tests: 22 test files and the CLI library's 31 fewer to
+    # them all) and the wall-clock share tests: 23 test files and the CLI library's 31 fewer to
     # compile with the sanitizers, of about 300.
     declare -A not_here
     for test in cli_test hardening_cli_test alerts_cli_test top_cli_test crash_test \
-      prometheus_test measure_cli_test k8s_device_plugin_cli_test k8s_manifests_test \
+      prometheus_test measure_cli_test k8s_device_plugin_cli_test k8s_manifests_test dra_driver_cli_test \
       alert_webhook_test top_view_test shim_throttle_test; do
       not_here[$test]=1
     done

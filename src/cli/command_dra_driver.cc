@@ -13,8 +13,10 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <mutex>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -26,6 +28,7 @@
 #include "gpuslice/dra/node_driver.h"
 #include "gpuslice/dra/pool.h"
 #include "gpuslice/plan/report.h"
+#include "gpuslice/spec/mig_parted.h"
 #include "interposer_path.h"
 
 namespace gpuslice::cli {
@@ -47,6 +50,8 @@ struct DraDriverOptions {
   std::string state_dir;
   std::string shared_gpus;
   std::string fixed_gpus;
+  std::string fixed_layout;
+  std::string fixed_layout_config;
   std::string interposer;
   std::string shm_dir = "/dev/shm/gpuslice";
   bool no_device_specs = false;
@@ -91,6 +96,7 @@ dra::NodeDriverOptions NodeOptions(const DraDriverOptions& o) {
   node.cdi_dir = o.cdi_dir;
   node.shared_gpus = ListOption(o.shared_gpus);
   node.fixed_gpus = ListOption(o.fixed_gpus);
+  node.fixed_layout_name = o.fixed_layout_config;
   node.allocate.shm_host_dir = o.shm_dir;
   node.allocate.shm_container_dir = o.shm_dir;
   node.allocate.device_specs = !o.no_device_specs;
@@ -191,6 +197,22 @@ int RunDraDriver(const GlobalOptions& global, const DraDriverOptions& o) {
 
   dra::DriverOptions options;
   options.node = NodeOptions(o);
+  if (!o.fixed_layout.empty()) {
+    std::ifstream in(o.fixed_layout);
+    std::stringstream text;
+    text << in.rdbuf();
+    absl::StatusOr<spec::MigConfigFile> layout =
+        in ? spec::ParseMigPartedConfig(text.str(), o.fixed_layout)
+           : absl::StatusOr<spec::MigConfigFile>(
+                 absl::NotFoundError(absl::StrCat("cannot read '", o.fixed_layout, "'")));
+    absl::Status selected =
+        layout.ok() ? spec::SelectConfig(*layout, o.fixed_layout_config).status() : layout.status();
+    if (!selected.ok()) {
+      PrintError(absl::StrCat("--fixed-layout: ", selected.message()));
+      return kExitBadInput;
+    }
+    options.node.fixed_layout = *layout;
+  }
   options.kubelet.registry_dir = o.registry_dir;
   options.kubelet.plugin_dir = o.plugin_dir;
   options.api.server = o.kube_api;
@@ -251,6 +273,11 @@ void AddDraDriverCommand(CLI::App& app, const GlobalOptions& global, Action* act
   cmd->add_option("--fixed-gpus", o->fixed_gpus,
                   "MIG-enabled GPUs whose existing instances are offered as they are (an "
                   "admin-fixed layout) instead of cut on demand: indices, UUIDs, 'all' or 'none'");
+  cmd->add_option("--fixed-layout", o->fixed_layout,
+                  "mig-parted config file with the layout of the --fixed-gpus: a drained fixed GPU "
+                  "(annotation gpu.gpuslice.io/drain) that no claim uses is re-laid to it");
+  cmd->add_option("--fixed-layout-config", o->fixed_layout_config,
+                  "The config of --fixed-layout to use (may be left out when it has one)");
   cmd->add_option("--interposer", o->interposer,
                   "The CUDA interposer libgpuslice-cuda.so on this host (default: found next to "
                   "this binary or installed); shared devices are refused without it");

@@ -118,6 +118,9 @@ void Driver::Tick() {
   if (now >= next_drain_) {
     next_drain_ = now + options_.drain_poll;
     ReadDrain();
+    if (absl::StatusOr<std::set<int>> relaid = node_->Relay(); !relaid.ok()) {
+      Log(absl::StrCat("re-laying drained fixed GPUs: ", relaid.status().message()));
+    }
   }
   PublishIfNeeded();
 }

@@ -108,6 +108,13 @@ TEST_F(DraDriverCli, BadSettingsAreRefused) {
                              "--registry-dir " +
                              dir_ + " --state-dir " + dir_ + "/s");
   EXPECT_EQ(bad_api.exit_code, 2) << bad_api.output;
+  std::ofstream(dir_ + "/layout.yaml") << "version: v1\nmig-configs:\n  a: []\n";
+  auto bad_layout =
+      RunGpuslice("dra-driver --sim " + sim_ + " --node-name n --kube-api " +
+                  "http://127.0.0.1:1 --registry-dir " + dir_ + " --state-dir " + dir_ +
+                  "/s --fixed-layout " + dir_ + "/layout.yaml " + "--fixed-layout-config b");
+  EXPECT_EQ(bad_layout.exit_code, 2) << bad_layout.output;
+  EXPECT_NE(bad_layout.output.find("--fixed-layout"), std::string::npos) << bad_layout.output;
   auto no_sim = RunGpuslice("dra-driver --once --sim " + dir_ + "/missing.json");
   EXPECT_EQ(no_sim.exit_code, 1) << no_sim.output;
   EXPECT_NE(no_sim.output.find("missing.json"), std::string::npos) << no_sim.output;

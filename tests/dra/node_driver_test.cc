@@ -20,6 +20,7 @@
 #include "gpuslice/dra/cdi.h"
 #include "gpuslice/dra/claim.h"
 #include "gpuslice/hw/catalog.h"
+#include "gpuslice/spec/mig_parted.h"
 #include "nlohmann/json.hpp"
 
 namespace gpuslice::dra {
@@ -423,6 +424,43 @@ TEST(DraNodeDriver, AFixedLayoutOffersItsInstancesAsTheyAre) {
             absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(driver->Unprepare("uid-f").ok());
   EXPECT_EQ(node.Gis(0).size(), 1u);
+}
+
+// An admin changes a fixed layout: edits the config, drains the GPU; once its claims are gone the
+// driver re-lays it (never while a claim holds it, never over a busy instance).
+TEST(DraNodeDriver, ADrainedFixedGpuIsReLaidOnceItsClaimsAreGone) {
+  Node node("2xH100-80GB", {0, 1});
+  const hw::MigSpec& mig = *Catalog().Find("H100-80GB")->mig;
+  absl::StatusOr<device::GpuInstanceInfo> gi =
+      node.backend->CreateGpuInstance(0, mig.FindProfile("3g.40gb")->smi_id, 4);
+  ASSERT_TRUE(gi.ok());
+  ASSERT_TRUE(node.backend->CreateComputeInstance(0, gi->id, mig.ci_profiles[3].back().id, 0).ok());
+  absl::StatusOr<spec::MigConfigFile> layout = spec::ParseMigPartedConfig(
+      "version: v1\nmig-configs:\n  small:\n    - devices: all\n      mig-enabled: true\n"
+      "      mig-devices:\n        \"1g.10gb\": 7\n",
+      "layout.yaml");
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  NodeDriverOptions options = node.Options();
+  options.fixed_gpus = {"0"};
+  options.fixed_layout = *layout;
+  std::unique_ptr<NodeDriver> driver = node.Driver(options);
+  node.Claim("f", {{{"device", MigDeviceName(0, "3g.40gb", 4)}}});
+  ASSERT_TRUE(driver->Prepare("default", "uid-f", "f").ok());
+  EXPECT_TRUE(driver->Relay()->empty());  // not drained
+  driver->SetDrain({0, 1});
+  EXPECT_TRUE(driver->Relay()->empty());  // a claim holds it; GPU 1 is not fixed
+  EXPECT_EQ(node.Gis(0).size(), 1u);
+  ASSERT_TRUE(driver->Unprepare("uid-f").ok());
+  absl::StatusOr<std::set<int>> relaid = driver->Relay();
+  ASSERT_TRUE(relaid.ok()) << relaid.status();
+  EXPECT_EQ(*relaid, std::set<int>{0});
+  EXPECT_EQ(node.Gis(0).size(), 7u);
+  EXPECT_TRUE(node.Gis(1).empty());  // the on-demand GPU is left alone
+  absl::StatusOr<std::vector<ResourceSlice>> slices = driver->Slices(SliceLayout::kSplit);
+  ASSERT_TRUE(slices.ok());
+  EXPECT_TRUE(DeviceNames(*slices).contains(MigDeviceName(0, "1g.10gb", 6)));
+  EXPECT_FALSE(DeviceNames(*slices).contains(MigDeviceName(0, "3g.40gb", 4)));
+  EXPECT_TRUE(driver->Relay()->empty());  // already laid out
 }
 
 // Crash (the process stops, nothing undone) after each step of prepare; a restarted driver

@@ -18,7 +18,8 @@
 //     (gpuslice/dra/backoff.h), while kubelet is still served: prepared claims are answered from
 //     the checkpoint, new ones fail per claim until the API server answers;
 //   * drain: every `drain_poll` the Node's annotation `gpu.gpuslice.io/drain` (GPU indices,
-//     comma-separated) is read; those GPUs' devices get the drain taint.
+//     comma-separated) is read; those GPUs' devices get the drain taint, and drained admin-fixed
+//     GPUs that no claim uses are re-laid to their configured layout (NodeDriver::Relay).
 // Stop() stops the kubelet side (removing the registration socket; kubelet wipes the slices 30 s
 // later unless a new driver registers). Start/Run/Stop from one thread.
 #pragma once

@@ -28,6 +28,11 @@
 // FailedPrecondition, retried by kubelet; never one whose id now holds another profile or
 // placement) and removes the CDI spec; an unknown claim is fine.
 //
+// Relay(): re-lays the admin-fixed GPUs that are drained and that no claim uses any more to the
+// mig-parted config `fixed_layout` names (gpuslice/agent/apply.h: exact placements, journaled,
+// busy instances never destroyed, no GPU reset, no MIG mode change: an entry that turns MIG off
+// is refused), so that an admin changes a fixed layout by editing the config and draining the GPU.
+//
 // Recover() (run by Create): an interrupted unprepare is finished; an interrupted prepare is
 // undone (kubelet retries it). A GI recorded as "being created" but without its id is found by
 // its profile and placement (the counters gave that placement to this claim only); nothing else
@@ -41,6 +46,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -54,6 +60,7 @@
 #include "gpuslice/hw/catalog.h"
 #include "gpuslice/k8s/allocate.h"
 #include "gpuslice/k8s/node_reader.h"
+#include "gpuslice/spec/mig_parted.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace gpuslice::dra {
@@ -68,7 +75,12 @@ struct NodeDriverOptions {
   std::string cdi_dir = "/var/run/cdi";
   std::vector<std::string> shared_gpus;  // GPU index or UUID; "all" = every MIG-disabled GPU
   std::vector<std::string> fixed_gpus;   // GPU index or UUID; "all" = every MIG-enabled GPU
-  k8s::AllocateOptions allocate;         // device nodes, interposer and shm paths
+  // The layout of the fixed GPUs (a mig-parted config file and the config's name), applied by
+  // Relay() to drained ones; none: Relay() does nothing.
+  std::optional<spec::MigConfigFile> fixed_layout;
+  std::string fixed_layout_name;
+  std::string apply_journal;      // the journal of those applies; "" = beside the checkpoint
+  k8s::AllocateOptions allocate;  // device nodes, interposer and shm paths
   k8s::NodeReaderOptions reader;
   std::function<void(const std::string&)> log;  // may be empty
   // Run Recover() in Create (false: only look; `dra-driver --once` changes nothing).
@@ -117,6 +129,8 @@ class NodeDriver {
   bool SetDrain(std::set<int> gpus);
   // GPUs being drained that no prepared claim uses any more.
   std::set<int> Drained();
+  // Re-lays drained fixed GPUs whose layout differs from `fixed_layout`; the GPUs re-laid.
+  absl::StatusOr<std::set<int>> Relay();
 
   // Bumped whenever what the node offers may have changed (prepare, unprepare, drain, health).
   std::uint64_t version() const { return version_.load(); }
