@@ -4,13 +4,15 @@
 //   by-name   every placement, each GPU's devices by name, GPU after GPU (NVIDIA's driver);
 //   gpuslice  the preference order of gpuslice/dra/preference.h, republished after every change.
 // Counts the claims that could not be placed, and among them those refused although the node
-// had enough free compute slices (refused by fragmentation). Virtual time; deterministic per seed.
+// had enough free compute slices (refused by fragmentation), and the GPUs left fragmented (free
+// compute slices, but the largest base profile they would allow fits nowhere on the GPU), on
+// average over the arrivals. Virtual time; deterministic per seed.
 //
 // Usage: dra_claims_bench [--model H100-80GB] [--gpus 8] [--claims 1000] [--load 0.75]
 //                         [--seeds 1-5]
 // Output: one line per seed and policy, then one per policy with the totals:
-//   dra-claims seed=S policy=P claims=N unplaced=U fragmented=F
-//   dra-claims-total policy=P seeds=K claims=N unplaced=U fragmented=F
+//   dra-claims seed=S policy=P claims=N unplaced=U fragmented=F fragmented_gpus=G
+//   dra-claims-total policy=P seeds=K claims=N unplaced=U fragmented=F fragmented_gpus=G
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +24,7 @@
 
 #include "dra/standin_scheduler.h"
 #include "gpuslice/dra/pool.h"
+#include "gpuslice/geometry/enumerate.h"
 #include "gpuslice/geometry/shape.h"
 #include "gpuslice/hw/catalog.h"
 #include "nlohmann/json.hpp"
@@ -48,7 +51,34 @@ struct Result {
   int claims = 0;
   int unplaced = 0;
   int fragmented = 0;
+  double fragmented_gpus = 0;  // summed over arrivals; the mean is this / claims
 };
+
+// Whether a GPU is fragmented: it has free compute slices, but the largest base profile those
+// slices would allow fits at none of its placements.
+bool Fragmented(const gpuslice::geometry::Shape& shape,
+                const std::vector<gpuslice::geometry::Placed>& layout) {
+  const gpuslice::geometry::Occupancy occupancy = shape.OccupancyOf(layout);
+  int used = 0;
+  for (const auto& p : layout) used += shape.compute_slices(p.profile);
+  const int free = shape.mig().compute_slices - used;
+  if (free <= 0) return false;
+  int largest = -1;
+  const gpuslice::geometry::ProfileSet base = gpuslice::geometry::BaseProfiles(shape);
+  for (int p = 0; p < shape.profile_count(); ++p) {
+    if (!base[static_cast<size_t>(p)] || shape.compute_slices(p) > free) continue;
+    if (largest < 0 || shape.compute_slices(p) > shape.compute_slices(largest) ||
+        (shape.compute_slices(p) == shape.compute_slices(largest) &&
+         shape.placement_size(p) < shape.placement_size(largest))) {
+      largest = p;
+    }
+  }
+  if (largest < 0) return false;
+  for (int start : shape.profile(largest).starts) {
+    if (shape.CanAdd(occupancy, largest, start, {}).ok()) return false;
+  }
+  return true;
+}
 
 // The claim mix: base profiles by name and weight.
 const std::vector<std::pair<std::string, double>>& Mix(const std::string& model) {
@@ -98,6 +128,7 @@ struct Live {
 
 Result Run(const Options& o, const std::vector<GpuInfo>& gpus, int seed, bool preference) {
   const gpuslice::hw::MigSpec& mig = *gpus[0].model->mig;
+  const gpuslice::geometry::Shape shape(*gpus[0].model);
   const auto& mix = Mix(o.model);
   std::vector<double> weights;
   double mean_slices = 0;
@@ -130,6 +161,8 @@ Result Run(const Options& o, const std::vector<GpuInfo>& gpus, int seed, bool pr
       instances.erase(std::find(instances.begin(), instances.end(), done.placed));
       free_slices += mig.profiles[done.placed.profile].compute_slices;
     }
+    for (const GpuUse& gpu : use)
+      result.fragmented_gpus += Fragmented(shape, gpu.instances) ? 1 : 0;
     StandinScheduler scheduler = Publish(gpus, preference ? &use : nullptr, allocated);
     const std::string device = scheduler.FirstFit([&](const nlohmann::json& d) {
       const nlohmann::json& a = d["attributes"];
@@ -208,18 +241,24 @@ int main(int argc, char** argv) {
     for (bool preference : {false, true}) {
       const char* policy = preference ? "gpuslice" : "by-name";
       const Result r = Run(o, gpus, seed, preference);
-      std::printf("dra-claims seed=%d policy=%s claims=%d unplaced=%d fragmented=%d\n", seed,
-                  policy, r.claims, r.unplaced, r.fragmented);
+      std::printf(
+          "dra-claims seed=%d policy=%s claims=%d unplaced=%d fragmented=%d "
+          "fragmented_gpus=%.2f\n",
+          seed, policy, r.claims, r.unplaced, r.fragmented, r.fragmented_gpus / r.claims);
       Result& t = totals[policy];
       t.claims += r.claims;
       t.unplaced += r.unplaced;
       t.fragmented += r.fragmented;
+      t.fragmented_gpus += r.fragmented_gpus;
     }
   }
   for (const char* policy : {"by-name", "gpuslice"}) {
     const Result& t = totals[policy];
-    std::printf("dra-claims-total policy=%s seeds=%d-%d claims=%d unplaced=%d fragmented=%d\n",
-                policy, o.seed_first, o.seed_last, t.claims, t.unplaced, t.fragmented);
+    std::printf(
+        "dra-claims-total policy=%s seeds=%d-%d claims=%d unplaced=%d fragmented=%d "
+        "fragmented_gpus=%.2f\n",
+        policy, o.seed_first, o.seed_last, t.claims, t.unplaced, t.fragmented,
+        t.fragmented_gpus / t.claims);
   }
   return 0;
 }

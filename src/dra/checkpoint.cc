@@ -28,6 +28,23 @@ bool Lookup(const std::string& text, const char* const (&names)[N], Enum* out) {
   return false;
 }
 
+// A whole number of the JSON within [lo, hi]; anything else (a float, text, out of range) throws,
+// and the loader reports the file as damaged.
+std::int64_t IntAt(const json& j, const char* key, std::int64_t lo, std::int64_t hi) {
+  const json& v = j.at(key);
+  if (!v.is_number_integer()) throw std::invalid_argument(std::string(key) + " is not an integer");
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi)) {
+    throw std::invalid_argument(std::string(key) + " is out of range");
+  }
+  const std::int64_t n = v.get<std::int64_t>();
+  if (n < lo || n > hi) throw std::invalid_argument(std::string(key) + " is out of range");
+  return n;
+}
+
+int SmallAt(const json& j, const char* key) {
+  return static_cast<int>(IntAt(j, key, -1, 1 << 20));
+}
+
 json DeviceJson(const DeviceRecord& d) {
   return {{"device", d.device},
           {"request", d.request},
@@ -52,14 +69,14 @@ DeviceRecord DeviceOf(const json& j) {
   if (!Lookup(j.at("kind").get<std::string>(), kKinds, &d.kind)) {
     throw std::invalid_argument("unknown device kind");
   }
-  d.gpu = j.at("gpu").get<int>();
-  d.profile_id = j.at("profile_id").get<int>();
-  d.start = j.at("start").get<int>();
-  d.gi = j.at("gi").get<int>();
-  d.ci = j.at("ci").get<int>();
+  d.gpu = SmallAt(j, "gpu");
+  d.profile_id = SmallAt(j, "profile_id");
+  d.start = SmallAt(j, "start");
+  d.gi = SmallAt(j, "gi");
+  d.ci = SmallAt(j, "ci");
   d.uuid = j.at("uuid").get<std::string>();
-  d.compute_milli = j.at("compute_milli").get<std::int64_t>();
-  d.vram_limit_mib = j.at("vram_limit_mib").get<std::int64_t>();
+  d.compute_milli = IntAt(j, "compute_milli", 0, std::int64_t{1} << 40);
+  d.vram_limit_mib = IntAt(j, "vram_limit_mib", 0, std::int64_t{1} << 40);
   d.cdi_id = j.at("cdi_id").get<std::string>();
   return d;
 }
@@ -81,7 +98,7 @@ absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& path) {
   Checkpoint checkpoint;
   try {
     const json doc = json::parse(text.str());
-    if (doc.at("version").get<int>() != 1) throw std::invalid_argument("unknown version");
+    if (IntAt(doc, "version", 0, 1000) != 1) throw std::invalid_argument("unknown version");
     for (const auto& [uid, c] : doc.at("claims").items()) {
       ClaimRecord record;
       record.namespace_name = c.at("namespace").get<std::string>();

@@ -118,6 +118,18 @@ struct Cluster {
     return absl::OkStatus();
   }
 
+  // The environment of the first device of a claim's CDI spec, as "NAME=value".
+  std::set<std::string> CdiEnv(const std::string& uid) const {
+    std::ifstream in(CdiSpecPath(dir + "/cdi", uid));
+    std::stringstream text;
+    text << in.rdbuf();
+    const json spec = json::parse(text.str());
+    std::set<std::string> env;
+    for (const json& e : spec["devices"][0]["containerEdits"]["env"])
+      env.insert(e.get<std::string>());
+    return env;
+  }
+
   std::map<std::string, std::string> uids;
   static inline int counter = 0;
 };
@@ -234,13 +246,7 @@ TEST(DraDriverEndToEnd, AFractionalClaimsLimitsReachTheInterposer) {
   ASSERT_TRUE(seen.ok()) << seen.status();
   ASSERT_EQ(seen->error, "");
   EXPECT_EQ(seen->devices[0].share_id, "6d1f1b38-5a57-4c1e-9d7a-0c0a1b2c3d4e");
-  std::ifstream in(CdiSpecPath(c.dir + "/cdi", c.uids.at("quarter")));
-  std::stringstream text;
-  text << in.rdbuf();
-  const json spec = json::parse(text.str());
-  std::set<std::string> env;
-  for (const json& e : spec["devices"][0]["containerEdits"]["env"])
-    env.insert(e.get<std::string>());
+  const std::set<std::string> env = c.CdiEnv(c.uids.at("quarter"));
   EXPECT_TRUE(env.contains("GPUSLICE_COMPUTE_SHARE_MILLI=250"));
   EXPECT_TRUE(env.contains("GPUSLICE_VRAM_LIMIT_MIB=10240"));
   EXPECT_TRUE(env.contains("LD_PRELOAD=/usr/lib/gpuslice/libgpuslice-cuda.so"));
@@ -283,13 +289,7 @@ TEST(DraDriverEndToEnd, FractionalClaimsFillASharedGpu) {
                                  {"memory", std::to_string(consumed->at("memory"))}}}}});
     ASSERT_TRUE(seen.ok()) << seen.status();
     ASSERT_EQ(seen->error, "") << name;
-    std::ifstream in(CdiSpecPath(c.dir + "/cdi", c.uids.at(name)));
-    std::stringstream text;
-    text << in.rdbuf();
-    const json spec = json::parse(text.str());
-    std::set<std::string> env;
-    for (const json& e : spec["devices"][0]["containerEdits"]["env"])
-      env.insert(e.get<std::string>());
+    const std::set<std::string> env = c.CdiEnv(c.uids.at(name));
     EXPECT_TRUE(env.contains("GPUSLICE_COMPUTE_SHARE_MILLI=260"));
     EXPECT_TRUE(env.contains("GPUSLICE_VRAM_LIMIT_MIB=10240"));
     ++prepared;
