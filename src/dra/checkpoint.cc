@@ -41,9 +41,7 @@ std::int64_t IntAt(const json& j, const char* key, std::int64_t lo, std::int64_t
   return n;
 }
 
-int SmallAt(const json& j, const char* key) {
-  return static_cast<int>(IntAt(j, key, -1, 1 << 20));
-}
+int SmallAt(const json& j, const char* key) { return static_cast<int>(IntAt(j, key, -1, 1 << 20)); }
 
 json DeviceJson(const DeviceRecord& d) {
   return {{"device", d.device},

@@ -205,23 +205,28 @@ std::string SemverOf(const std::string& dotted) {
 
 namespace {
 
+// The consumable capacities of a shared device of `sms` SMs and `memory_mib` of memory.
+void ShareCapacities(std::int64_t memory_mib, int sms, Device& device) {
+  device.allow_multiple_allocations = true;
+  device.capacity["compute"] = {
+      Count(kComputeMilli),
+      RequestPolicy{Count(100), Count(kComputeStep), Count(kComputeMilli), Count(kComputeStep)}};
+  const std::int64_t memory = SharedMemoryMib(memory_mib);
+  const std::int64_t tenth =
+      std::max(kMemoryStepMib, memory / 10 / kMemoryStepMib * kMemoryStepMib);
+  device.capacity["memory"] = {Mebibytes(memory),
+                               RequestPolicy{Mebibytes(tenth), Mebibytes(kMemoryStepMib),
+                                             Mebibytes(memory), Mebibytes(kMemoryStepMib)}};
+  device.attributes["multiprocessors"] = std::int64_t{sms};
+}
+
 Device SharedDevice(const GpuInfo& gpu) {
   Device device;
   device.name = SharedDeviceName(gpu.index);
   CommonAttributes(gpu, device);
   device.attributes["type"] = std::string("shared");
   if (!gpu.uuid.empty()) device.attributes["uuid"] = gpu.uuid;
-  device.allow_multiple_allocations = true;
-  device.capacity["compute"] = {
-      Count(kComputeMilli),
-      RequestPolicy{Count(100), Count(kComputeStep), Count(kComputeMilli), Count(kComputeStep)}};
-  const std::int64_t memory = gpu.model->memory_mib / kMemoryStepMib * kMemoryStepMib;
-  const std::int64_t tenth =
-      std::max(kMemoryStepMib, memory / 10 / kMemoryStepMib * kMemoryStepMib);
-  device.capacity["memory"] = {Mebibytes(memory),
-                               RequestPolicy{Mebibytes(tenth), Mebibytes(kMemoryStepMib),
-                                             Mebibytes(memory), Mebibytes(kMemoryStepMib)}};
-  device.attributes["multiprocessors"] = std::int64_t{gpu.model->sms};
+  ShareCapacities(gpu.model->memory_mib, gpu.model->sms, device);
   return device;
 }
 
@@ -251,6 +256,8 @@ bool Fits(const Counters& consumed, const Budget& budget) {
   return true;
 }
 
+// An admin-fixed layout's instances as they are; with `shared`, each as a shared device
+// ("<name>-shared", type "shared") whose consumable capacities are the instance's.
 std::vector<Device> FixedDevices(const GpuInfo& gpu) {
   std::vector<Device> devices;
   for (const ExistingInstance& instance : gpu.foreign) {
@@ -259,6 +266,12 @@ std::vector<Device> FixedDevices(const GpuInfo& gpu) {
     Device device = MigDevice(gpu, *p, instance.start, Budget{}, {});
     device.consumes_counters.clear();
     if (!instance.uuid.empty()) device.attributes["uuid"] = instance.uuid;
+    if (gpu.shared) {
+      device.name += "-shared";
+      device.attributes["type"] = std::string("shared");
+      device.capacity.clear();
+      ShareCapacities(p->memory_mib, p->sms, device);
+    }
     devices.push_back(std::move(device));
   }
   return devices;
@@ -273,6 +286,10 @@ void Finish(const GpuInfo& gpu, GpuDevices& result) {
 }  // namespace
 
 std::string SharedDeviceName(int gpu_index) { return absl::StrCat("gpu-", gpu_index, "-shared"); }
+
+std::int64_t SharedMemoryMib(std::int64_t memory_mib) {
+  return memory_mib / kMemoryStepMib * kMemoryStepMib;
+}
 
 GpuDevices DevicesOf(const GpuInfo& gpu) {
   GpuDevices result;

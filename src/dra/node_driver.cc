@@ -129,6 +129,7 @@ GpuInfo GpuOf(const NodeDriverOptions& options, const std::set<int>& drain,
     info.whole = false;
     info.fixed = Listed(options.fixed_gpus, g.node);
     info.mig_on_demand = !info.fixed;
+    info.shared = info.fixed && Listed(options.shared_gpus, g.node);
     for (const device::GpuInstanceInfo& gi : g.gis) {
       if (!info.fixed && owned.contains({g.node.index, gi.id})) continue;
       info.foreign.push_back(
@@ -191,16 +192,20 @@ std::map<std::string, NodeDriver::Target> NodeDriverOps::Targets(const Offer& of
       t.gpu = gpu.index;
       t.model = gpu.model;
       const auto& type = std::get<std::string>(device.attributes.at("type"));
-      if (type == "mig") {
-        t.kind = gpu.fixed ? DeviceKind::kFixed : DeviceKind::kMig;
-        t.profile =
-            gpu.model->mig->FindProfile(std::get<std::string>(device.attributes.at("profile")));
+      if (auto p = device.attributes.find("profile"); p != device.attributes.end()) {
+        t.kind = type == "shared" ? DeviceKind::kShared
+                 : gpu.fixed      ? DeviceKind::kFixed
+                                  : DeviceKind::kMig;
+        t.profile = gpu.model->mig->FindProfile(std::get<std::string>(p->second));
         t.start = static_cast<int>(std::get<std::int64_t>(device.attributes.at("placementStart")));
         if (auto it = device.attributes.find("uuid"); it != device.attributes.end())
           t.uuid = std::get<std::string>(it->second);
       } else {
         t.kind = type == "shared" ? DeviceKind::kShared : DeviceKind::kWhole;
         t.uuid = gpu.uuid;
+      }
+      if (auto m = device.capacity.find("memory"); m != device.capacity.end()) {
+        t.shared_memory_mib = m->second.value.value;
       }
       targets[device.name] = t;
     }

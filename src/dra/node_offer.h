@@ -23,7 +23,8 @@ struct NodeDriver::Target {
   const hw::GpuModel* model = nullptr;
   const hw::GiProfile* profile = nullptr;  // MIG kinds
   int start = -1;
-  std::string uuid;  // whole/shared: the GPU's; fixed: the MIG device's
+  std::string uuid;                    // whole/shared: the GPU's; fixed: the MIG device's
+  std::int64_t shared_memory_mib = 0;  // shared: the memory capacity it offers
 };
 
 // One GPU as the node shows it now.

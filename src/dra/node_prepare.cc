@@ -21,15 +21,15 @@ namespace {
 
 std::string ClaimName(const ClaimRecord& c) { return absl::StrCat(c.namespace_name, "/", c.name); }
 
-// The shares other claims hold on a GPU: (compute per mille, memory MiB).
+// The shares other claims hold of a shared device: (compute per mille, memory MiB).
 std::pair<std::int64_t, std::int64_t> SharesHeld(const Checkpoint& cp, const std::string& uid,
-                                                 int gpu) {
+                                                 const std::string& device) {
   std::int64_t compute = 0;
   std::int64_t memory = 0;
   for (const auto& [other, claim] : cp.claims) {
     if (other == uid) continue;
     for (const DeviceRecord& r : claim.devices) {
-      if (r.kind == DeviceKind::kShared && r.gpu == gpu) {
+      if (r.kind == DeviceKind::kShared && r.device == device) {
         compute += r.compute_milli;
         memory += r.vram_limit_mib;
       }
@@ -61,7 +61,7 @@ absl::Status CheckShare(const AllocatedDevice& wanted, const NodeDriver::Target&
         "shared GPUs are enforced by the CUDA interposer libgpuslice-cuda.so, which this node "
         "does not have (--interposer); refusing to hand out an unenforced share");
   }
-  const std::int64_t memory_total = target.model->memory_mib / kMemoryStepMib * kMemoryStepMib;
+  const std::int64_t memory_total = target.shared_memory_mib;
   record.compute_milli = wanted.compute_milli.value_or(100);
   record.vram_limit_mib = wanted.memory_mib.value_or(
       std::max(kMemoryStepMib, memory_total / 10 / kMemoryStepMib * kMemoryStepMib));
@@ -88,7 +88,7 @@ absl::Status CheckShare(const AllocatedDevice& wanted, const NodeDriver::Target&
     }
     record.vram_limit_mib = *m;
   }
-  const auto [compute, memory] = SharesHeld(cp, uid, target.gpu);
+  const auto [compute, memory] = SharesHeld(cp, uid, wanted.device);
   if (compute + record.compute_milli > kComputeMilli ||
       memory + record.vram_limit_mib > memory_total) {
     return absl::FailedPreconditionError(

@@ -426,6 +426,44 @@ TEST(DraNodeDriver, AFixedLayoutOffersItsInstancesAsTheyAre) {
   EXPECT_EQ(node.Gis(0).size(), 1u);
 }
 
+// A fixed layout's instances offered as shared devices: fractional MIG slices, each instance's
+// compute and memory shared by several claims, enforced by the interposer inside the instance.
+TEST(DraNodeDriver, AFixedSharedInstanceIsAFractionalMigSlice) {
+  Node node("1xH100-80GB", {0});
+  const hw::MigSpec& mig = *Catalog().Find("H100-80GB")->mig;
+  const hw::GiProfile& three_g = *mig.FindProfile("3g.40gb");
+  absl::StatusOr<device::GpuInstanceInfo> gi =
+      node.backend->CreateGpuInstance(0, three_g.smi_id, 4);
+  ASSERT_TRUE(gi.ok());
+  ASSERT_TRUE(node.backend->CreateComputeInstance(0, gi->id, mig.ci_profiles[3].back().id, 0).ok());
+  NodeDriverOptions options = node.Options();
+  options.fixed_gpus = {"0"};
+  options.shared_gpus = {"0"};
+  std::unique_ptr<NodeDriver> driver = node.Driver(options);
+  absl::StatusOr<std::vector<ResourceSlice>> slices = driver->Slices(SliceLayout::kSplit);
+  ASSERT_TRUE(slices.ok());
+  const std::string device = MigDeviceName(0, "3g.40gb", 4) + "-shared";
+  ASSERT_EQ(DeviceNames(*slices), std::set<std::string>{device});
+  const Device& d = slices->back().devices.at(0);
+  EXPECT_TRUE(d.allow_multiple_allocations);
+  EXPECT_EQ(d.capacity.at("memory").value, Mebibytes(three_g.memory_mib / 256 * 256));
+  node.Claim("half", {{{"device", device},
+                       {"shareID", "0b9e7a3c-3333-4e2f-9a6b-2c3d4e5f6a7b"},
+                       {"consumedCapacity", {{"compute", "500"}, {"memory", "20Gi"}}}}});
+  ASSERT_TRUE(driver->Prepare("default", "uid-half", "half").ok());
+  const auto env = EnvOf(node.CdiSpecOf("uid-half")["devices"][0]);
+  EXPECT_EQ(env.at("NVIDIA_VISIBLE_DEVICES").rfind("MIG-", 0), 0u);
+  EXPECT_EQ(env.at("GPUSLICE_COMPUTE_SHARE_MILLI"), "500");
+  EXPECT_EQ(env.at("GPUSLICE_VRAM_LIMIT_MIB"), "20480");
+  node.Claim("more", {{{"device", device},
+                       {"shareID", "0b9e7a3c-4444-4e2f-9a6b-2c3d4e5f6a7b"},
+                       {"consumedCapacity", {{"compute", "600"}, {"memory", "1Gi"}}}}});
+  EXPECT_EQ(driver->Prepare("default", "uid-more", "more").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(driver->Unprepare("uid-half").ok());
+  EXPECT_EQ(node.Gis(0).size(), 1u);  // the admin's instance stays
+}
+
 // An admin changes a fixed layout: edits the config, drains the GPU; once its claims are gone the
 // driver re-lays it (never while a claim holds it, never over a busy instance).
 TEST(DraNodeDriver, ADrainedFixedGpuIsReLaidOnceItsClaimsAreGone) {

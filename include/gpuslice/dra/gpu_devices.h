@@ -28,7 +28,9 @@
 // allocate, together with them, is still a valid layout. A foreign instance the catalog cannot
 // place (unknown profile or start) makes the GPU offer nothing on demand.
 // Other kinds of GPU:
-//   * `fixed`: an admin-fixed layout; its existing instances are the devices (no counters);
+//   * `fixed`: an admin-fixed layout; its existing instances are the devices (no counters); with
+//     `shared` too, each instance is a shared device ("<its name>-shared") with the consumable
+//     capacities below, taken from the instance (a fractional MIG slice);
 //   * `shared` (MIG off): one device `gpu-<i>-shared` that many claims share, with consumable
 //     capacities `compute` (per mille of the GPU's time) and `memory` (MiB), each with a request
 //     policy (compute: default 100, 10 to 1000 in steps of 10; memory: 256 MiB steps, default a
@@ -64,7 +66,7 @@ struct GpuInfo {
   bool whole = true;                      // offer the whole GPU
   std::vector<ExistingInstance> foreign;  // instances the driver did not create
   bool fixed = false;   // offer `foreign` as they are (an admin-fixed layout), nothing on demand
-  bool shared = false;  // offer gpu-<i>-shared instead of the whole GPU (MIG off)
+  bool shared = false;  // MIG off: gpu-<i>-shared instead of the whole GPU; fixed: shared instances
   std::vector<DeviceTaint> taints;  // put on every device of this GPU (health, drain)
 };
 
@@ -85,6 +87,8 @@ GpuDevices DevicesOf(const GpuInfo& gpu);
 std::string MigDeviceName(int gpu_index, const std::string& profile, int start);
 std::string WholeDeviceName(int gpu_index);
 std::string SharedDeviceName(int gpu_index);
+// The memory capacity a shared device of this much memory offers (whole 256 MiB steps).
+std::int64_t SharedMemoryMib(std::int64_t memory_mib);
 
 // "8.0" -> "8.0.0", "550.54.15" -> "550.54.15", "535.104.05" -> "535.104.5"; "" if unparsable.
 std::string SemverOf(const std::string& dotted);
