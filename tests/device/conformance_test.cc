@@ -13,9 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "gpuslice/device/fault_injecting_backend.h"
 #include "gpuslice/device/nvml_codes.h"
 #include "gpuslice/device/sim_backend.h"
 #include "gpuslice/device/sim_store.h"
+#include "gpuslice/device/synchronized_backend.h"
 #include "gpuslice/hw/catalog.h"
 #ifdef GPUSLICE_FAKE_NVML
 #include "gpuslice/device/nvml_backend.h"
@@ -30,7 +32,9 @@ using sim::SimState;
 
 const hw::Catalog& Catalog() { return hw::Catalog::Builtin(); }
 
-enum class Kind { kMemory, kFile, kNvml };
+// kWrapped: the in-memory simulator through the forwarding wrappers (SynchronizedBackend over a
+// FaultInjectingBackend without rules), which must change nothing.
+enum class Kind { kMemory, kFile, kNvml, kWrapped };
 
 std::string KindName(const testing::TestParamInfo<Kind>& info) {
   switch (info.param) {
@@ -40,6 +44,8 @@ std::string KindName(const testing::TestParamInfo<Kind>& info) {
       return "SimStateFile";
     case Kind::kNvml:
       return "NvmlOverTestLibrary";
+    case Kind::kWrapped:
+      return "SimThroughWrappers";
   }
   return "Unknown";
 }
@@ -54,6 +60,13 @@ class ConformanceTest : public testing::TestWithParam<Kind> {
       auto memory = std::make_unique<SimBackend>(*state, Catalog());
       memory_ = memory.get();
       backend_ = std::move(memory);
+      return;
+    }
+    if (GetParam() == Kind::kWrapped) {
+      auto memory = std::make_shared<SimBackend>(*state, Catalog());
+      memory_ = memory.get();
+      backend_ = std::make_unique<SynchronizedBackend>(
+          std::make_shared<FaultInjectingBackend>(std::move(memory)));
       return;
     }
     char pattern[] = "/tmp/gpuslice-conformance-XXXXXX";
@@ -660,7 +673,8 @@ TEST_P(ConformanceTest, NoGpmBeforeHopper) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ConformanceTest,
-                         testing::Values(Kind::kMemory, Kind::kFile, Kind::kNvml), KindName);
+                         testing::Values(Kind::kMemory, Kind::kFile, Kind::kNvml, Kind::kWrapped),
+                         KindName);
 INSTANTIATE_TEST_SUITE_P(Backends, PersistentConformanceTest,
                          testing::Values(Kind::kFile, Kind::kNvml), KindName);
 

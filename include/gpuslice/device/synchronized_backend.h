@@ -4,21 +4,20 @@
 // that needs several calls without others in between (a reconciler round: snapshot, plan,
 // execute) holds Lock() around them. `serve` shares its machine's backend this way between the
 // binder (called by API threads when slices are granted), the layout rounds of its tick and the
-// metrics collector.
+// metrics collector. A BackendWrapper (gpuslice/device/backend_wrapper.h) whose hook is the lock.
 #pragma once
 
 #include <memory>
 #include <mutex>
-#include <string>
-#include <vector>
+#include <string_view>
 
-#include "gpuslice/device/backend.h"
+#include "gpuslice/device/backend_wrapper.h"
 
 namespace gpuslice::device {
 
-class SynchronizedBackend final : public Backend {
+class SynchronizedBackend final : public BackendWrapper {
  public:
-  explicit SynchronizedBackend(std::shared_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  explicit SynchronizedBackend(std::shared_ptr<Backend> inner) : BackendWrapper(std::move(inner)) {}
 
   // Holds the backend for a sequence of calls (the calls themselves may be made meanwhile by the
   // same thread; the lock is recursive).
@@ -26,31 +25,12 @@ class SynchronizedBackend final : public Backend {
     return std::unique_lock<std::recursive_mutex>(mutex_);
   }
 
-  std::string Describe() const override;
-  absl::StatusOr<std::string> DriverVersion() override;
-  absl::StatusOr<std::vector<GpuInfo>> ListGpus() override;
-  absl::StatusOr<std::vector<GpuInstanceProfileInfo>> ListGpuInstanceProfiles(int gpu) override;
-  absl::StatusOr<std::vector<GpuInstanceInfo>> ListGpuInstances(int gpu) override;
-  absl::StatusOr<std::vector<ComputeInstanceInfo>> ListComputeInstances(int gpu, int gi) override;
-  absl::StatusOr<GpuInstanceInfo> CreateGpuInstance(int gpu, int profile_id,
-                                                    std::optional<int> start) override;
-  absl::StatusOr<ComputeInstanceInfo> CreateComputeInstance(int gpu, int gi, int ci_profile_id,
-                                                            std::optional<int> start) override;
-  absl::Status DestroyGpuInstance(int gpu, int gi) override;
-  absl::Status DestroyComputeInstance(int gpu, int gi, int ci) override;
-  absl::StatusOr<MigModeChange> SetMigMode(int gpu, MigMode mode) override;
-  absl::Status ResetGpu(int gpu) override;
-  absl::StatusOr<std::vector<ProcessInfo>> ListProcesses(int gpu) override;
-  absl::StatusOr<MemoryInfo> GetMemory(int gpu, std::optional<int> gi,
-                                       std::optional<int> ci) override;
-  absl::StatusOr<std::vector<std::string>> ListGpuHolders(int gpu) override;
-  absl::StatusOr<GpuTelemetry> GetTelemetry(int gpu) override;
-  absl::StatusOr<Activity> SampleActivity(int gpu, std::optional<int> gi) override;
-  absl::StatusOr<std::vector<XidEvent>> TakeXidEvents() override;
-  absl::Status TerminateProcess(std::uint32_t pid, int grace_seconds) override;
+ protected:
+  Entry Enter(std::string_view) const override {
+    return {absl::OkStatus(), std::unique_lock<std::recursive_mutex>(mutex_)};
+  }
 
  private:
-  std::shared_ptr<Backend> inner_;
   mutable std::recursive_mutex mutex_;
 };
 
