@@ -178,7 +178,7 @@ else
   for source in "$repo"/src/shim/*.cc; do
     [[ "$(basename "$source")" == slices.cc ]] || shim_sources+=("$source")
   done
-  if ! g++ -O2 -std=c++20 -shared -fPIC -I "$repo/include" -I "$repo/src/shim" "${shim_sources[@]}" \
+  if ! g++ -O2 -std=c++20 -fno-exceptions -shared -fPIC -I "$repo/include" -I "$repo/src/shim" "${shim_sources[@]}" \
     -ldl -lpthread -o "$shim" >>"$log" 2>&1; then
     tail -30 "$log" >&2
     echo "verify.sh: building the interposer failed" >&2

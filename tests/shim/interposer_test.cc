@@ -5,12 +5,16 @@
 // one slice shared by two processes and two independent slices; a killed process's memory given
 // back; refusing CUDA when the accounting cannot be opened. Each test has its own accounting
 // directory. Compute shares are in throttle_test.cc.
+#include <elf.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <ostream>
 #include <string>
@@ -134,6 +138,40 @@ void PrintTo(const CapCase& c, std::ostream* os) {
 
 class CudaInterposerCapTest : public CudaInterposerTest,
                               public ::testing::WithParamInterface<CapCase> {};
+
+// The section names of an ELF64 shared object (empty when it cannot be read as one).
+std::vector<std::string> ElfSections(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> names;
+  if (bytes.size() < sizeof(Elf64_Ehdr) || bytes.compare(0, 4,
+                                                         "\x7f"
+                                                         "ELF") != 0)
+    return names;
+  Elf64_Ehdr header;
+  std::memcpy(&header, bytes.data(), sizeof header);
+  auto section = [&](size_t i) {
+    Elf64_Shdr s;
+    std::memcpy(&s, bytes.data() + header.e_shoff + i * header.e_shentsize, sizeof s);
+    return s;
+  };
+  if (header.e_shoff + size_t{header.e_shnum} * header.e_shentsize > bytes.size()) return names;
+  const Elf64_Shdr strings = section(header.e_shstrndx);
+  for (size_t i = 0; i < header.e_shnum; ++i) {
+    const size_t at = strings.sh_offset + section(i).sh_name;
+    if (at < bytes.size()) names.emplace_back(bytes.c_str() + at);
+  }
+  return names;
+}
+
+// The hooks are extern "C" entry points of the application's CUDA calls: the library is built
+// without exceptions, so nothing can unwind through them (a throw ends the process instead).
+TEST(CudaInterposerBuild, TheLibraryHasNoExceptionTables) {
+  const std::vector<std::string> sections = ElfSections(GPUSLICE_INTERPOSER);
+  ASSERT_FALSE(sections.empty()) << GPUSLICE_INTERPOSER;
+  EXPECT_NE(std::find(sections.begin(), sections.end(), ".text"), sections.end());
+  EXPECT_EQ(std::find(sections.begin(), sections.end(), ".gcc_except_table"), sections.end());
+}
 
 TEST_P(CudaInterposerCapTest, ExactlyWhatFitsIsAllocatedAndTheNextIsRefused) {
   const CapCase& c = GetParam();
