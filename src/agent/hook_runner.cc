@@ -13,17 +13,12 @@
 #include <optional>
 
 #include "gpuslice/util/shell.h"
+#include "gpuslice/util/subprocess.h"
 
 extern char** environ;
 
 namespace gpuslice::agent {
 namespace {
-
-std::string ErrnoText(int error) {
-  char buffer[256];
-  // GNU strerror_r: returns the message (maybe not in buffer).
-  return strerror_r(error, buffer, sizeof buffer);
-}
 
 // "/bin/sh -c 'exit 3'" for messages.
 std::string Describe(const spec::HookCommand& command) {
@@ -93,12 +88,6 @@ std::optional<std::string> ResolveCommand(const std::string& command) {
   return std::nullopt;
 }
 
-// What the child reports through the close-on-exec pipe when it cannot exec.
-struct ChildFailure {
-  int stage = 0;  // 1 = chdir, 2 = execve
-  int error = 0;
-};
-
 absl::Status RunCommand(const spec::HookCommand& command,
                         const std::vector<std::pair<std::string, std::string>>& extra,
                         const std::string& where) {
@@ -106,88 +95,28 @@ absl::Status RunCommand(const spec::HookCommand& command,
   if (!path) {
     return absl::NotFoundError(where + ": command '" + command.command + "' not found in PATH");
   }
-  // Everything the child needs is prepared before fork: it may only call async-signal-safe
-  // functions.
-  std::vector<std::string> args;
-  args.push_back(command.command);
-  args.insert(args.end(), command.args.begin(), command.args.end());
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env = BuildEnvironment(command, extra);
-  std::vector<char*> envp;
-  for (std::string& entry : env) envp.push_back(entry.data());
-  envp.push_back(nullptr);
-
-  const int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (dev_null < 0) {
-    return absl::InternalError(where + ": cannot open /dev/null: " + ErrnoText(errno));
+  util::SubprocessOptions options;
+  options.argv.push_back(command.command);
+  options.argv.insert(options.argv.end(), command.args.begin(), command.args.end());
+  options.executable = *path;
+  options.environment = BuildEnvironment(command, extra);
+  options.workdir = command.workdir;
+  options.input = util::SubprocessOptions::Input::kDevNull;
+  options.output = util::SubprocessOptions::Output::kStdoutToStderr;
+  absl::StatusOr<util::Subprocess> child = util::Subprocess::Start(std::move(options));
+  if (!child.ok()) {
+    return absl::Status(child.status().code(),
+                        where + ": " + std::string(child.status().message()));
   }
-  int report[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) {
-    const int error = errno;
-    ::close(dev_null);
-    return absl::InternalError(where + ": pipe: " + ErrnoText(error));
+  absl::StatusOr<util::ExitStatus> done = child->Wait();
+  if (!done.ok()) return absl::InternalError(where + ": " + std::string(done.status().message()));
+  if (done->exited) {
+    if (done->code == 0) return absl::OkStatus();
+    return absl::AbortedError(where + ": exited with code " + std::to_string(done->code));
   }
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int error = errno;
-    ::close(dev_null);
-    ::close(report[0]);
-    ::close(report[1]);
-    return absl::InternalError(where + ": fork: " + ErrnoText(error));
-  }
-  if (pid == 0) {
-    // Child.
-    ChildFailure failure;
-    ::signal(SIGPIPE, SIG_DFL);  // the gpuslice binary ignores it; a hook gets the usual default
-    ::dup2(dev_null, STDIN_FILENO);
-    ::dup2(STDERR_FILENO, STDOUT_FILENO);
-    if (!command.workdir.empty() && ::chdir(command.workdir.c_str()) != 0) {
-      failure = {1, errno};
-    } else {
-      ::execve(path->c_str(), argv.data(), envp.data());
-      failure = {2, errno};
-    }
-    [[maybe_unused]] const ssize_t written = ::write(report[1], &failure, sizeof failure);
-    ::_exit(127);
-  }
-  ::close(dev_null);
-  ::close(report[1]);
-  ChildFailure failure;
-  ssize_t got = 0;
-  do {
-    got = ::read(report[0], &failure, sizeof failure);
-  } while (got < 0 && errno == EINTR);
-  ::close(report[0]);
-
-  int status = 0;
-  pid_t waited = 0;
-  do {
-    waited = ::waitpid(pid, &status, 0);
-  } while (waited < 0 && errno == EINTR);
-  if (waited < 0) return absl::InternalError(where + ": waitpid: " + ErrnoText(errno));
-
-  if (got == static_cast<ssize_t>(sizeof failure)) {
-    if (failure.stage == 1) {
-      return absl::FailedPreconditionError(where + ": cannot change to workdir '" +
-                                           command.workdir + "': " + ErrnoText(failure.error));
-    }
-    const std::string message = where + ": cannot run '" + *path + "': " + ErrnoText(failure.error);
-    if (failure.error == ENOENT) return absl::NotFoundError(message);
-    return absl::FailedPreconditionError(message);
-  }
-  if (WIFEXITED(status)) {
-    if (WEXITSTATUS(status) == 0) return absl::OkStatus();
-    return absl::AbortedError(where + ": exited with code " + std::to_string(WEXITSTATUS(status)));
-  }
-  if (WIFSIGNALED(status)) {
-    const int signal = WTERMSIG(status);
-    const char* name = ::sigabbrev_np(signal);
-    return absl::AbortedError(where + ": killed by signal " + std::to_string(signal) +
-                              (name != nullptr ? " (SIG" + std::string(name) + ")" : ""));
-  }
-  return absl::AbortedError(where + ": ended with wait status " + std::to_string(status));
+  const char* name = ::sigabbrev_np(done->signal);
+  return absl::AbortedError(where + ": killed by signal " + std::to_string(done->signal) +
+                            (name != nullptr ? " (SIG" + std::string(name) + ")" : ""));
 }
 
 }  // namespace

@@ -37,6 +37,7 @@
 #include "gpuslice/plan/model.h"
 #include "gpuslice/plan/sizing.h"
 #include "gpuslice/shim/slices.h"
+#include "gpuslice/util/subprocess.h"
 #include "interposer_path.h"
 
 namespace gpuslice::cli {
@@ -235,52 +236,35 @@ ChildResult RunChild(const MeasureOptions& o, const std::string& interposer,
   sigaction(SIGTERM, &action, &old_term);
 
   const auto start = std::chrono::steady_clock::now();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    std::cerr << "gpuslice measure: fork: " << std::strerror(errno) << "\n";
-    return result;
-  }
-  if (pid == 0) {
-    // Caught signals go back to their defaults on exec; restore the old dispositions anyway so
-    // that a signal before exec does what it would have done.
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGTERM, &old_term, nullptr);
-    setenv("LD_PRELOAD", preload_value.c_str(), 1);
-    setenv("GPUSLICE_MODE", "measure", 1);
-    setenv("GPUSLICE_SLICE", slice_id.c_str(), 1);
-    setenv("GPUSLICE_SHM_DIR", shm_dir.c_str(), 1);
-    unsetenv("GPUSLICE_VRAM_LIMIT_MIB");
-    unsetenv("GPUSLICE_COMPUTE_SHARE_MILLI");
-    std::signal(SIGPIPE, SIG_DFL);  // main() ignores it; the command gets the usual default
-    std::vector<char*> argv;
-    for (const std::string& arg : o.command) argv.push_back(const_cast<char*>(arg.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    const int error = errno;
-    std::cerr << "gpuslice measure: cannot run " << o.command[0] << ": " << std::strerror(error)
-              << "\n";
-    _exit(error == ENOENT ? 127 : 126);
-  }
-  g_child.store(pid);
-  watcher->Start();
-  if (int s = g_pending_signal.exchange(0); s != 0) kill(pid, s);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) {
-      std::cerr << "gpuslice measure: waitpid: " << std::strerror(errno) << "\n";
-      status = 0;
-      break;
-    }
+  util::SubprocessOptions options;
+  options.argv = o.command;
+  options.set_env = {{"LD_PRELOAD", preload_value},
+                     {"GPUSLICE_MODE", "measure"},
+                     {"GPUSLICE_SLICE", slice_id},
+                     {"GPUSLICE_SHM_DIR", shm_dir}};
+  options.unset_env = {"GPUSLICE_VRAM_LIMIT_MIB", "GPUSLICE_COMPUTE_SHARE_MILLI"};
+  // The signals forwarded here are the command's as they were before (a signal before exec
+  // does what it would have done).
+  options.child_signals = {{SIGINT, old_int.sa_handler == SIG_IGN},
+                           {SIGTERM, old_term.sa_handler == SIG_IGN}};
+  absl::StatusOr<util::Subprocess> child = util::Subprocess::Start(std::move(options));
+  int status_code = 0;
+  if (!child.ok()) {
+    std::cerr << "gpuslice measure: " << child.status().message() << "\n";
+    status_code = absl::IsNotFound(child.status()) ? 127 : 126;
+  } else {
+    g_child.store(child->pid());
+    watcher->Start();
+    if (int s = g_pending_signal.exchange(0); s != 0) child->Signal(s);
+    absl::StatusOr<util::ExitStatus> done = child->Wait();
+    if (!done.ok()) std::cerr << "gpuslice measure: " << done.status().message() << "\n";
+    status_code = done.ok() ? done->ShellCode() : 0;
   }
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   g_child.store(0);
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
-  if (WIFEXITED(status)) {
-    result.exit_code = WEXITSTATUS(status);
-  } else if (WIFSIGNALED(status)) {
-    result.exit_code = 128 + WTERMSIG(status);
-  }
+  result.exit_code = status_code;
   return result;
 }
 

@@ -29,6 +29,7 @@
 #include "common.h"
 #include "gpuslice/shim/slices.h"
 #include "gpuslice/util/shell.h"
+#include "gpuslice/util/subprocess.h"
 #include "interposer_path.h"
 
 namespace gpuslice::cli {
@@ -165,32 +166,27 @@ int RunCommand(const RunOptions& o, const json& lease) {
   std::cerr << "gpuslice run: lease " << id << " on " << lease["node"].get<std::string>() << " ["
             << absl::StrJoin(lease["devices"].get<std::vector<std::string>>(), "; ") << "] "
             << absl::StrJoin(env_lines, " ") << "\n";
-  const pid_t pid = fork();
-  if (pid < 0) {
-    std::cerr << "gpuslice run: fork: " << std::strerror(errno) << "\n";
-    return 1;
-  }
-  if (pid == 0) {
-    std::signal(SIGPIPE, SIG_DFL);  // main() ignores it; the command gets the usual default
-    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
-    std::vector<char*> argv;
-    for (const std::string& arg : o.command) argv.push_back(const_cast<char*>(arg.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    std::cerr << "gpuslice run: cannot run " << o.command[0] << ": " << std::strerror(errno)
-              << "\n";
-    _exit(127);
+  util::SubprocessOptions options;
+  options.argv = o.command;
+  options.set_env.assign(env.begin(), env.end());
+  absl::StatusOr<util::Subprocess> child = util::Subprocess::Start(std::move(options));
+  if (!child.ok()) {
+    std::cerr << "gpuslice run: " << child.status().message() << "\n";
+    Reply ignored;
+    (void)Call(o.c, "DELETE", absl::StrCat("/v1/leases/", id), nullptr, &ignored);
+    return 127;
   }
   std::int64_t next_renew = EpochNow() + std::max<std::int64_t>(1, ttl / 2);
-  int status = 0;
-  while (true) {
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (done < 0 && errno != EINTR) {
-      std::cerr << "gpuslice run: waitpid: " << std::strerror(errno) << "\n";
+  std::optional<util::ExitStatus> ended;
+  while (!ended) {
+    absl::StatusOr<std::optional<util::ExitStatus>> polled = child->Poll();
+    if (!polled.ok()) {
+      std::cerr << "gpuslice run: " << polled.status().message() << "\n";
       break;
     }
-    if (int s = g_signal.exchange(0); s != 0) kill(pid, s);
+    ended = *polled;
+    if (ended) break;
+    if (int s = g_signal.exchange(0); s != 0) child->Signal(s);
     if (EpochNow() >= next_renew) {
       json body = {{"ttl_s", ttl}};
       Reply reply;
@@ -206,9 +202,7 @@ int RunCommand(const RunOptions& o, const json& lease) {
   if (Call(o.c, "DELETE", absl::StrCat("/v1/leases/", id), nullptr, &reply) == 0) {
     std::cerr << "gpuslice run: released lease " << id << "\n";
   }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
+  return ended ? ended->ShellCode() : 1;
 }
 
 int Run(const RunOptions& o) {

@@ -23,6 +23,7 @@
 
 #include "gpuslice/device/nvml_codes.h"
 #include "gpuslice/util/process_scan.h"
+#include "gpuslice/util/subprocess.h"
 #include "nvml_api.h"
 
 namespace gpuslice::device {
@@ -289,42 +290,17 @@ int QueryProfile(const Api& api, nvmlDevice_t device, unsigned constant, int* ve
   }
 }
 
-// Runs `argv` (PATH lookup), returns its exit status (127 if it could not be run) and output.
+// Runs `argv` (PATH lookup), returns its exit status (127 if it could not be run, -1 if no child
+// could be started) and output.
 int RunCommand(const std::vector<std::string>& argv, std::string* output) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return -1;
-  std::vector<char*> args;
-  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-  args.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return -1;
-  }
-  if (pid == 0) {
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::dup2(fds[1], STDERR_FILENO);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  char buffer[512];
-  for (;;) {
-    const ssize_t n = ::read(fds[0], buffer, sizeof buffer);
-    if (n > 0) {
-      output->append(buffer, static_cast<size_t>(n));
-    } else if (n == 0 || errno != EINTR) {
-      break;
-    }
-  }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  util::SubprocessOptions options;
+  options.argv = argv;
+  options.output = util::SubprocessOptions::Output::kCapture;
+  absl::StatusOr<util::Subprocess> child = util::Subprocess::Start(std::move(options));
+  if (!child.ok()) return absl::IsInternal(child.status()) ? -1 : 127;
+  absl::StatusOr<util::ExitStatus> done = child->Wait();
+  *output += child->output();
+  return done.ok() ? done->ShellCode() : -1;
 }
 
 std::string Lower(std::string text) {
