@@ -316,32 +316,6 @@ int SimMachine::DestroyCi(int gpu, int gi_id, int ci_id) {
   return kNvmlSuccess;
 }
 
-int SimMachine::RemainingGiCapacity(int gpu, int profile_id, int* count) const {
-  const SimGpu* g = Gpu(gpu);
-  if (g == nullptr) return kNvmlInvalidArgument;
-  const hw::GpuModel* model = ModelOf(gpu);
-  if (model == nullptr || !model->mig) return kNvmlNotSupported;
-  const geometry::Shape shape(*model);
-  const hw::GiProfile* profile = shape.mig().FindProfileBySmiId(profile_id);
-  if (profile == nullptr) return kNvmlInvalidArgument;
-  *count = g->mig_current == MigMode::kEnabled
-               ? shape.FreeCount(OccupancyOf(shape, *g), shape.mig().IndexOf(*profile))
-               : 0;
-  return kNvmlSuccess;
-}
-
-int SimMachine::RemainingCiCapacity(int gpu, int gi_id, int ci_profile_id, int* count) const {
-  const SimGi* gi = Gi(gpu, gi_id);
-  if (gi == nullptr) return kNvmlNotFound;
-  const hw::GpuModel* model = ModelOf(gpu);
-  const geometry::CiShape ci_shape(*model->mig, *model->mig->FindProfileBySmiId(gi->profile_id));
-  const int ci_index = ci_shape.FindById(ci_profile_id);
-  if (ci_index < 0) return kNvmlNotSupported;
-  const std::vector<geometry::CiPlaced> existing = PlacedCis(ci_shape, *gi);
-  *count = ci_shape.FreeCount(existing, ci_index);
-  return kNvmlSuccess;
-}
-
 int SimMachine::Memory(int gpu, std::optional<int> gi_id, std::optional<int> ci_id,
                        MemoryInfo* out) const {
   const SimGpu* g = Gpu(gpu);

@@ -280,10 +280,6 @@ void Accounting::AddLaunches(std::uint64_t launches) {
   Unlock();
 }
 
-std::uint64_t Accounting::LastLaunchNs() {
-  return __atomic_load_n(&region_->last_launch_ns, __ATOMIC_RELAXED);
-}
-
 void Accounting::Leave() {
   if (region_ == nullptr) return;
   Lock();

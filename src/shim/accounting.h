@@ -50,7 +50,6 @@ class Accounting {
   void AddLaunches(std::uint64_t launches);
   void NoteLaunch(std::uint64_t now_ns);
   std::uint64_t KernelNs();  // the slice's measured GPU time so far
-  std::uint64_t LastLaunchNs();
 
   // Gives this process's slot back (at exit): its bytes are uncounted now rather than when the
   // next process finds it dead.

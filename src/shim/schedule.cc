@@ -143,12 +143,6 @@ void Schedule::Window(std::uint64_t* start_ns, std::uint64_t* end_ns) {
   *end_ns = end_ns_;
 }
 
-int Schedule::Slices() {
-  std::lock_guard<std::mutex> hold(mutex_);
-  RefreshLocked();
-  return slices_;
-}
-
 namespace {
 
 void RaiseTo(std::uint64_t* value, std::uint64_t to) {

@@ -36,8 +36,6 @@ class Schedule {
             int share_milli, SharePolicy policy, std::string* error);
   bool Joined() const { return schedule_ != nullptr; }
   void Window(std::uint64_t* start_ns, std::uint64_t* end_ns);
-  // Live slices of the GPU with a window (this one included).
-  int Slices();
   void Sweep(std::uint64_t now_ns);
   void Publish(const WorkEnds& ends);
   WorkEnds Own() const;

@@ -158,9 +158,6 @@ class SimMachine {
   int CreateCi(int gpu, int gi, int ci_profile_id, std::optional<int> start, int* ci_id);
   int DestroyGi(int gpu, int gi);
   int DestroyCi(int gpu, int gi, int ci);
-  // Free count of a GI profile (nvmlDeviceGetGpuInstanceRemainingCapacity).
-  int RemainingGiCapacity(int gpu, int profile_id, int* count) const;
-  int RemainingCiCapacity(int gpu, int gi, int ci_profile_id, int* count) const;
   int Memory(int gpu, std::optional<int> gi, std::optional<int> ci, MemoryInfo* out) const;
   // 0 for a GPU that exists and answers; INVALID_ARGUMENT out of range; GPU_IS_LOST when lost.
   int CheckGpu(int gpu) const;
