@@ -29,6 +29,7 @@
 #include "gpuslice/dra/pool.h"
 #include "gpuslice/plan/report.h"
 #include "gpuslice/spec/mig_parted.h"
+#include "gpuslice/util/yaml_writer.h"
 #include "interposer_path.h"
 
 namespace gpuslice::cli {
@@ -182,7 +183,7 @@ int PrintDeviceClasses(const hw::Catalog& catalog, bool json) {
             << " DeviceClasses, as `gpuslice dra-driver --device-classes` prints them.\n";
   for (size_t i = 0; i < classes.size(); ++i) {
     if (i > 0) std::cout << "---\n";
-    std::cout << plan::ToYaml(classes[i]);
+    std::cout << util::JsonToYaml(classes[i]);
   }
   return kExitOk;
 }

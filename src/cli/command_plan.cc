@@ -20,6 +20,7 @@
 #include "gpuslice/plan/replan.h"
 #include "gpuslice/plan/report.h"
 #include "gpuslice/spec/mig_parted.h"
+#include "gpuslice/util/yaml_writer.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -253,7 +254,7 @@ int Run(const GlobalOptions& global, const PlanCliOptions& options) {
   if (options.json) {
     PrintJson(json);
   } else if (options.yaml) {
-    std::cout << plan::ToYaml(json);
+    std::cout << util::JsonToYaml(json);
   } else {
     std::cout << text;
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gpuslice/spec/mig_parted.h"
+#include "gpuslice/util/yaml_writer.h"
 #include "test_util.h"
 #include "yaml-cpp/yaml.h"
 
@@ -542,7 +543,7 @@ TEST(Report, JsonAndYaml) {
   EXPECT_TRUE(json["mig_pays_off"]["checklist"].is_array());
   EXPECT_TRUE(json["solver"]["proven_optimal"].get<bool>());
 
-  const YAML::Node yaml = YAML::Load(ToYaml(json));
+  const YAML::Node yaml = YAML::Load(util::JsonToYaml(json));
   EXPECT_EQ(yaml["summary"]["gpus_used"].as<int>(), 3);
   EXPECT_DOUBLE_EQ(yaml["summary"]["cost_per_month"].as<double>(), 6570.0);
   EXPECT_EQ(yaml["workloads"][0]["name"].as<std::string>(), "embed");
@@ -556,7 +557,7 @@ TEST(Report, YamlQuotesStringsThatLookLikeOtherTypes) {
                                {"d", "null"}, {"e", "1.5"},       {"f", 1.5},
                                {"g", true},   {"h", "node-a: x"}, {"i", "3g.40gb"},
                                {"j", "1:30"}, {"k", "0x1F"},      {"l", nlohmann::json::object()}};
-  const YAML::Node yaml = YAML::Load(ToYaml(json));
+  const YAML::Node yaml = YAML::Load(util::JsonToYaml(json));
   EXPECT_EQ(yaml["a"].Tag(), "!");  // quoted scalars are tagged "!" (non-plain)
   EXPECT_EQ(yaml["a"].as<std::string>(), "yes");
   EXPECT_EQ(yaml["b"].Tag(), "!");

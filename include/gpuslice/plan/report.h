@@ -8,8 +8,9 @@
 // workloads to instances.
 //
 // BuildReport computes everything into a plain value (Report) that no longer refers to the plan,
-// the workloads or the fleet; RenderText, ToJson and ToYaml only format it. Everything here is
-// pure and deterministic (no I/O, no clock), and safe to call from many threads.
+// the workloads or the fleet; RenderText and ToJson only format it (gpuslice/util/yaml_writer.h
+// prints JSON as YAML). Everything here is pure and deterministic (no I/O, no clock), and safe to
+// call from many threads.
 //
 // Conventions: memory in GiB, throughput in req/s, money in the fleet's currency. When the fleet
 // gives no cost (Fleet::costs_given false) every GPU costs 1 per hour, so "cost" is a count of GPUs
@@ -199,10 +200,6 @@ std::string RenderText(const Report& report, const TextOptions& options = {});
 // The report as JSON. Field names are snake_case and stable; money is rounded to cents and
 // fractions to 4 decimals.
 nlohmann::json ToJson(const Report& report);
-
-// Any JSON value as block YAML with the same structure (strings that would read back as another
-// type are quoted).
-std::string ToYaml(const nlohmann::json& value);
 
 // The mig-parted config name of a node's entries: "gpuslice-<node name>".
 std::string MigPartedConfigName(const Node& node);
