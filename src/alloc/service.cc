@@ -13,6 +13,7 @@
 #include "gpuslice/device/uuid.h"
 #include "gpuslice/hw/catalog.h"
 #include "gpuslice/util/utf8.h"
+#include "lease_rows.h"
 #include "nlohmann/json.hpp"
 #include "service_internal.h"
 
@@ -48,22 +49,6 @@ ClassSpec ClassFromJson(const std::string& name, const json& j) {
   spec.max_lease_s = StoredInt(j, "max_lease_s", std::int64_t{8 * 3600});
   spec.idle_timeout_s = StoredInt(j, "idle_timeout_s", std::int64_t{0});
   return spec;
-}
-
-json RequestJson(const AcquireRequest& r) {
-  return {{"class", r.class_name},  {"profile", r.profile}, {"share_milli", r.share_milli},
-          {"vram_mib", r.vram_mib}, {"purpose", r.purpose}, {"ttl_s", r.ttl_s}};
-}
-
-AcquireRequest RequestFromJson(const json& j) {
-  AcquireRequest r;
-  r.class_name = j.value("class", "");
-  r.profile = j.value("profile", "");
-  r.share_milli = StoredInt(j, "share_milli", 0);
-  r.vram_mib = StoredInt(j, "vram_mib", std::int64_t{0});
-  r.purpose = j.value("purpose", "");
-  r.ttl_s = StoredInt(j, "ttl_s", std::int64_t{0});
-  return r;
 }
 
 // The default classes: small/medium/large as 1-, 2- and 4-slice MIG instances on every MIG model
@@ -389,26 +374,13 @@ absl::Status Service::LoadRows() {
     node_index[engine_.cluster().spec(n).name] = n;
   }
   absl::StatusOr<store::Result> leases = db_->Query(
-      "SELECT id, tenant, user_name, class, purpose, request, node, claims, memory_gib, "
-      "granted_at, expires_at, bound, from_queue FROM leases WHERE state = 'active' ORDER BY id");
+      absl::StrCat("SELECT ", kLeaseColumns, " FROM leases WHERE state = 'active' ORDER BY id"));
   if (!leases.ok()) return leases.status();
-  for (const store::Row& row : leases->rows) {
-    Lease lease;
-    lease.id = store::AsInt(row[0]);
-    lease.tenant = store::AsText(row[1]);
-    lease.user = store::AsText(row[2]);
-    lease.class_name = store::AsText(row[3]);
-    lease.purpose = store::AsText(row[4]);
-    const AcquireRequest request =
-        RequestFromJson(json::parse(store::AsText(row[5]), nullptr, false));
-    lease.node = store::AsText(row[6]);
-    lease.claims = ClaimsFromJson(json::parse(store::AsText(row[7]), nullptr, false));
-    lease.memory_gib = store::AsDouble(row[8]);
-    lease.granted_at = store::AsInt(row[9]);
-    lease.expires_at = store::AsInt(row[10]);
-    lease.bound = BoundFromJson(json::parse(store::AsText(row[11]), nullptr, false));
-    lease.from_queue = store::AsInt(row[12]);
-    lease.state = "active";
+  absl::StatusOr<std::vector<StoredLease>> stored = ReadLeases(*leases);
+  if (!stored.ok()) return stored.status();
+  for (StoredLease& row : *stored) {
+    Lease lease = std::move(row.lease);
+    const AcquireRequest request = row.request;
     const ClassSpec* spec = nullptr;
     std::string class_name;
     absl::StatusOr<place::Request> placement = RequestFor(request, &spec, &class_name);
@@ -1136,35 +1108,21 @@ absl::StatusOr<std::vector<Lease>> Service::Leases(const Caller& caller, bool ac
   for (int n = 0; n < engine_.cluster().node_count(); ++n) {
     node_index[engine_.cluster().spec(n).name] = n;
   }
-  const std::string columns =
-      "SELECT id, tenant, user_name, class, purpose, node, memory_gib, granted_at, expires_at, "
-      "ended_at, state, claims, bound, from_queue FROM leases";
+  const std::string columns = absl::StrCat("SELECT ", kLeaseColumns, " FROM leases");
   const Value params[] = {caller.tenant};
   absl::StatusOr<store::Result> rows =
       caller.role == Role::kAdmin ? db_->Query(columns + " ORDER BY id")
                                   : db_->Query(columns + " WHERE tenant = ? ORDER BY id", params);
   if (!rows.ok()) return rows.status();
+  absl::StatusOr<std::vector<StoredLease>> stored = ReadLeases(*rows);
+  if (!stored.ok()) return stored.status();
   std::vector<Lease> out;
-  for (const store::Row& row : rows->rows) {
-    Lease lease;
-    lease.id = store::AsInt(row[0]);
+  for (StoredLease& row : *stored) {
+    Lease lease = std::move(row.lease);
     if (auto it = active_.find(lease.id); it != active_.end()) {
       out.push_back(it->second.lease);
       continue;
     }
-    lease.tenant = store::AsText(row[1]);
-    lease.user = store::AsText(row[2]);
-    lease.class_name = store::AsText(row[3]);
-    lease.purpose = store::AsText(row[4]);
-    lease.node = store::AsText(row[5]);
-    lease.memory_gib = store::AsDouble(row[6]);
-    lease.granted_at = store::AsInt(row[7]);
-    lease.expires_at = store::AsInt(row[8]);
-    lease.ended_at = store::AsInt(row[9]);
-    lease.state = store::AsText(row[10]);
-    lease.claims = ClaimsFromJson(json::parse(store::AsText(row[11]), nullptr, false));
-    lease.bound = BoundFromJson(json::parse(store::AsText(row[12]), nullptr, false));
-    lease.from_queue = store::AsInt(row[13]);
     if (auto node = node_index.find(lease.node); node != node_index.end()) {
       lease.devices = DeviceLines(node->second, lease.claims);
     }

@@ -64,6 +64,30 @@ TEST_F(StoredRowsTest, AJsonColumnOfAnotherShapeIsDataLossNotAnException) {
   }
 }
 
+// A lease row whose JSON columns do not parse (or hold the wrong shape) is DataLoss naming the
+// lease and the column: it was read as "no claims" / "not bound" before, silently.
+TEST_F(StoredRowsTest, ALeaseRowThatDoesNotParseIsDataLossNamingTheColumn) {
+  const std::string good_request = R"('{"class":"small","purpose":"p","ttl_s":60}')";
+  struct Case {
+    std::string request, claims, bound, column;
+  };
+  for (const Case& c : std::vector<Case>{{good_request, "'not json'", "'[]'", "claims"},
+                                         {good_request, "'[]'", "'{}'", "bound"},
+                                         {"'[1]'", "'[]'", "'[]'", "request"}}) {
+    std::filesystem::remove(dir_.path() + "/rows.db");
+    absl::StatusOr<std::unique_ptr<Service>> service = OpenAfter(
+        {"INSERT INTO leases (id, tenant, user_name, class, purpose, request, node, claims, "
+         "memory_gib, granted_at, expires_at, ended_at, state, bound, from_queue) VALUES (7, 't', "
+         "'u', 'small', 'p', " +
+         c.request + ", 'n1', " + c.claims + ", 10, 0, 4000000000, 0, 'active', " + c.bound +
+         ", 0)"});
+    ASSERT_FALSE(service.ok()) << c.column;
+    EXPECT_EQ(service.status().code(), absl::StatusCode::kDataLoss) << service.status();
+    EXPECT_THAT(service.status().message(), HasSubstr("lease 7"));
+    EXPECT_THAT(service.status().message(), HasSubstr("column " + c.column));
+  }
+}
+
 TEST_F(StoredRowsTest, AnIdWithNoRoomAfterItIsRefused) {
   absl::StatusOr<std::unique_ptr<Service>> service =
       OpenAfter({"INSERT INTO audit (id, at, actor, tenant, action, subject, purpose, detail) "
