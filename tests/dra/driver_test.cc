@@ -19,6 +19,7 @@
 #include "gpuslice/dra/cdi.h"
 #include "gpuslice/geometry/shape.h"
 #include "gpuslice/hw/catalog.h"
+#include "gpuslice/util/subprocess.h"
 
 namespace gpuslice::dra {
 namespace {
@@ -34,7 +35,9 @@ struct Cluster {
   std::unique_ptr<kubelet_standin::KubeletDraStandIn> kubelet;
   std::unique_ptr<Driver> driver;
 
-  Cluster(const std::string& spec, std::set<int> mig_on, std::vector<std::string> shared = {}) {
+  Cluster(const std::string& spec, std::set<int> mig_on, std::vector<std::string> shared = {},
+          std::string interposer = "/usr/lib/gpuslice/libgpuslice-cuda.so",
+          std::string shm_dir = "/dev/shm/gpuslice") {
     dir = "/tmp/dra-e2e-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir + "/registry");
@@ -54,7 +57,8 @@ struct Cluster {
     options.node.checkpoint_path = dir + "/checkpoint.json";
     options.node.cdi_dir = dir + "/cdi";
     options.node.shared_gpus = std::move(shared);
-    options.node.allocate.interposer_host_path = "/usr/lib/gpuslice/libgpuslice-cuda.so";
+    options.node.allocate.interposer_host_path = interposer;
+    options.node.allocate.shm_host_dir = shm_dir == "/dev/shm/gpuslice" ? shm_dir : dir + "/shm";
     options.kubelet.registry_dir = dir + "/registry";
     options.kubelet.plugin_dir = dir + "/plugin";
     options.kubelet.poll = std::chrono::milliseconds(20);
@@ -295,6 +299,59 @@ TEST(DraDriverEndToEnd, FractionalClaimsFillASharedGpu) {
     ++prepared;
   }
   EXPECT_EQ(prepared, 3);  // 4 x 260 per mille would pass 1000
+}
+
+// A fractional claim's limits reach the interposer: the container's environment and mounts from
+// the claim's CDI spec (mounts applied as the runtime would: the container paths of the
+// interposer and the accounting directory replaced by their host paths) run the CUDA probe on the
+// test CUDA library through the built interposer, which holds it to the 1 GiB the allocation
+// consumed.
+TEST(DraDriverEndToEnd, TheInterposerEnforcesWhatTheAllocationConsumed) {
+  Cluster c("1xA100-40GB", {}, {"0"}, GPUSLICE_INTERPOSER, "own");
+  ASSERT_TRUE(c.driver->Start().ok());
+  ASSERT_TRUE(
+      c.TickUntil([&] { return c.kubelet->registrations() >= 1 && !c.NodeSlices().empty(); }));
+  absl::StatusOr<kubelet_standin::SeenClaim> seen =
+      c.PrepareClaim("gib", {{{"device", SharedDeviceName(0)},
+                              {"shareID", "6d1f1b38-5a57-4c1e-9d7a-0c0a1b2c3d77"},
+                              {"consumedCapacity", {{"compute", "250"}, {"memory", "1Gi"}}}}});
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  ASSERT_EQ(seen->error, "");
+  std::ifstream in(CdiSpecPath(c.dir + "/cdi", c.uids.at("gib")));
+  std::stringstream text;
+  text << in.rdbuf();
+  const json edits = json::parse(text.str())["devices"][0]["containerEdits"];
+  std::map<std::string, std::string> mounts;  // container path → host path
+  for (const json& m : edits["mounts"]) mounts[m["containerPath"]] = m["hostPath"];
+  util::SubprocessOptions probe;
+  probe.argv = {GPUSLICE_CUDA_PROBE, "alloc", "--path", "alloc", "--mib", "100"};
+  probe.output = util::SubprocessOptions::Output::kCapture;
+  for (const json& e : edits["env"]) {
+    const std::string line = e.get<std::string>();
+    std::string name = line.substr(0, line.find('=')), value = line.substr(line.find('=') + 1);
+    if (mounts.contains(value)) value = mounts.at(value);
+    probe.set_env.emplace_back(name, value);
+  }
+  probe.set_env.emplace_back("LD_LIBRARY_PATH", GPUSLICE_FAKE_CUDA_DIR);
+  probe.set_env.emplace_back("GPUSLICE_CONTEXT_RESERVE_MIB", "0");
+  probe.set_env.emplace_back("FAKE_CUDA_TOTAL_MIB", "16384");
+  probe.set_env.emplace_back("ASAN_OPTIONS", "verify_asan_link_order=0");
+  absl::StatusOr<util::Subprocess> child = util::Subprocess::Start(probe);
+  ASSERT_TRUE(child.ok()) << child.status();
+  absl::StatusOr<util::ExitStatus> done = child->Wait();
+  ASSERT_TRUE(done.ok());
+  ASSERT_EQ(done->code, 0) << child->output();
+  // The probe's JSON line (the interposer's own start line goes to stderr, captured too).
+  json result;
+  std::stringstream lines(child->output());
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("{")) result = json::parse(line);
+  }
+  ASSERT_TRUE(result.is_object()) << child->output();
+  EXPECT_EQ(result["total"], 1024LL << 20) << child->output();  // cuMemGetInfo: the share's cap
+  EXPECT_EQ(result["allocated"], 10);                           // 10 x 100 MiB fit in 1 GiB
+  EXPECT_EQ(result["failed_with"], 2);                          // the 11th: out of memory
+  EXPECT_LE(result["device_peak_bytes"].get<long long>(), 1024LL << 20);
 }
 
 TEST(DraDriverEndToEnd, KubeletRestartAndSliceWipeAreRepaired) {
