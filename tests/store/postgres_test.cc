@@ -1,6 +1,9 @@
 // The store contract and the allocation service on a real PostgreSQL server. The server comes from
 // GPUSLICE_PG_URL when set (.ci/run starts one), else this test starts a throwaway one on loopback
 // with scripts/pg_test_server.sh; without PostgreSQL installed the tests are skipped.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -33,6 +36,25 @@ std::string Run(const std::string& command) {
   return out;
 }
 
+// A loopback port no socket holds now (the kernel's choice), for the server to listen on. The
+// port used to be 20000 + pid % 20000, which other tests' servers (ports picked in 20000-50000)
+// could hold at the same time under ctest -j: then the server did not start.
+int FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
 // One server for the whole binary.
 class PostgresEnvironment : public ::testing::Environment {
  public:
@@ -42,7 +64,7 @@ class PostgresEnvironment : public ::testing::Environment {
       return;
     }
     dir_ = fs::temp_directory_path() / ("gpuslice-pg-test-" + std::to_string(getpid()));
-    const int port = 20000 + static_cast<int>(getpid() % 20000);
+    const int port = FreeLoopbackPort();
     url_ = Run(std::string(GPUSLICE_SOURCE_DIR) + "/scripts/pg_test_server.sh start " +
                dir_.string() + " " + std::to_string(port) + " 2>/dev/null");
     started_ = !url_.empty();
