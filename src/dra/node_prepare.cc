@@ -9,6 +9,7 @@
 #include "gpuslice/dra/cdi.h"
 #include "gpuslice/dra/claim.h"
 #include "gpuslice/dra/node_driver.h"
+#include "gpuslice/dra/resource_model.h"
 #include "gpuslice/geometry/compute_instances.h"
 #include "gpuslice/geometry/shape.h"
 #include "gpuslice/k8s/allocate.h"
@@ -388,6 +389,10 @@ absl::Status NodeDriver::Recover() {
 absl::StatusOr<std::vector<PreparedOut>> NodeDriver::Prepare(const std::string& namespace_name,
                                                              const std::string& uid,
                                                              const std::string& name) {
+  // The uid names the claim's CDI spec file and CDI devices: a Kubernetes uid, nothing else.
+  if (!IsDnsLabel(uid)) {
+    return absl::InvalidArgumentError("the claim's uid is not a Kubernetes uid");
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = checkpoint_.claims.find(uid);

@@ -289,6 +289,9 @@ TEST(DraNodeDriver, BadClaimsFailAloneAndCreateNothing) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(driver->Prepare("default", "uid-none", "none").status().code(),
             absl::StatusCode::kUnavailable);
+  // A uid that is no Kubernetes uid never reaches a file name.
+  EXPECT_EQ(driver->Prepare("default", "../../etc/x", "held").status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(driver->checkpoint().claims.size(), 1u);
 }
 
