@@ -186,8 +186,12 @@ class World {
     if (!service.ok()) std::abort();
     service_ = *std::move(service);
     gpuslice::api::ServerOptions server_options;
-    server_options.metrics = []() -> absl::StatusOr<std::string> {
-      return std::string("# HELP gpuslice_up 1\n# TYPE gpuslice_up gauge\ngpuslice_up 1\n");
+    server_options.metrics = []() -> absl::StatusOr<std::vector<gpuslice::metrics::Family>> {
+      gpuslice::metrics::Family up;
+      up.name = "gpuslice_up";
+      up.help = "1";
+      up.samples.push_back({{{"Hostname", "r1"}}, 1});
+      return std::vector<gpuslice::metrics::Family>{up};
     };
     server_ = std::make_unique<gpuslice::api::ApiServer>(*service_, server_options);
   }

@@ -212,7 +212,17 @@ void ApiServer::Routes() {
               return Fail(res,
                           absl::PermissionDeniedError("/metrics needs an admin or agent token"));
             }
-            absl::StatusOr<std::string> text = metrics();
+            if (caller.role == alloc::Role::kAgent && caller.machine.empty()) {
+              return Fail(res, absl::PermissionDeniedError(
+                                   "this agent token is bound to no machine; make a new one "
+                                   "with `gpuslice admin user NAME --agent --machine HOST`"));
+            }
+            absl::StatusOr<std::vector<metrics::Family>> families = metrics();
+            if (!families.ok()) return Fail(res, families.status());
+            if (caller.role == alloc::Role::kAgent) {
+              *families = metrics::OnlyLabelled(*std::move(families), "Hostname", caller.machine);
+            }
+            absl::StatusOr<std::string> text = metrics::Write(*families);
             if (!text.ok()) return Fail(res, text.status());
             res.status = 200;
             res.set_content(*text, "text/plain; version=0.0.4; charset=utf-8");

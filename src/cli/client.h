@@ -7,6 +7,8 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "gpuslice/api/client.h"
 #include "nlohmann/json.hpp"
 
 namespace gpuslice::cli {
@@ -26,6 +28,11 @@ struct ClientOptions {
 // The server URL and the CA file the options resolve to (see ClientOptions).
 std::string ServerUrl(const ClientOptions& options);
 std::string CaFile(const ClientOptions& options);
+
+// The API client's settings the options resolve to: the server, the token (--token, else
+// $GPUSLICE_TOKEN, else ./gpuslice-admin.token; a set but empty $GPUSLICE_TOKEN is
+// InvalidArgument), the CA and the client certificate.
+absl::StatusOr<api::ClientSettings> ClientSettings(const ClientOptions& options);
 
 struct Reply {
   int status = 0;

@@ -3,8 +3,6 @@
 // (gpuslice/api/server.h). The server comes from --server or $GPUSLICE_SERVER
 // (default http://127.0.0.1:8470), the token from --token, $GPUSLICE_TOKEN or the file
 // ./gpuslice-admin.token that the first `serve` writes.
-#include <httplib.h>
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -42,78 +40,50 @@ std::string CaFile(const ClientOptions& options) {
   return std::filesystem::exists("gpuslice-tls.crt", ec) ? "gpuslice-tls.crt" : "";
 }
 
-int Call(const ClientOptions& options, const std::string& method, const std::string& path,
-         const json* body, Reply* reply, bool conflict_is_answer) {
-  const std::string server = ServerUrl(options);
-  if (!absl::StartsWith(server, "http://") && !absl::StartsWith(server, "https://")) {
-    PrintError(
-        absl::StrCat("--server ", server,
-                     ": not an http:// or https:// URL (for example http://127.0.0.1:8470)"));
-    return kExitBadInput;
-  }
-  std::string token = options.token;
-  if (token.empty()) {
+absl::StatusOr<api::ClientSettings> ClientSettings(const ClientOptions& options) {
+  api::ClientSettings settings;
+  settings.server = ServerUrl(options);
+  settings.token = options.token;
+  if (settings.token.empty()) {
     const char* from_env = std::getenv("GPUSLICE_TOKEN");
     if (from_env != nullptr && *from_env == '\0') {
       // Set but empty is a mistake (an unset variable in a script, say), never a reason to
       // fall back to the admin's token file.
-      PrintError("GPUSLICE_TOKEN is set but empty; set it to a token, or unset it");
-      return kExitBadInput;
+      return absl::InvalidArgumentError(
+          "GPUSLICE_TOKEN is set but empty; set it to a token, or unset it");
     }
-    if (from_env != nullptr) token = from_env;
+    if (from_env != nullptr) settings.token = from_env;
   }
-  if (token.empty()) {
+  if (settings.token.empty()) {
     std::ifstream file("gpuslice-admin.token");
-    std::getline(file, token);
+    std::getline(file, settings.token);
   }
-  if (options.client_cert.empty() != options.client_key.empty()) {
-    PrintError("--client-cert and --client-key go together");
+  settings.ca = CaFile(options);
+  settings.client_cert = options.client_cert;
+  settings.client_key = options.client_key;
+  settings.timeout_s = options.timeout_s;
+  return settings;
+}
+
+int Call(const ClientOptions& options, const std::string& method, const std::string& path,
+         const json* body, Reply* reply, bool conflict_is_answer) {
+  absl::StatusOr<api::ClientSettings> settings = ClientSettings(options);
+  absl::StatusOr<api::Client> client =
+      settings.ok() ? api::Client::Make(*std::move(settings)) : settings.status();
+  if (!client.ok()) {
+    PrintError(std::string(client.status().message()));
     return kExitBadInput;
   }
-  httplib::Client client(server, options.client_cert, options.client_key);
-  if (!client.is_valid()) {
-    PrintError(absl::StrCat("--server ", server, ": not a URL this client can use",
-                            options.client_cert.empty() ? ""
-                                                        : " (or the client certificate "
-                                                          "cannot be loaded)"));
+  absl::StatusOr<api::Response> answer = client->Call(method, path, body);
+  if (!answer.ok()) {
+    PrintError(std::string(answer.status().message()));
     return kExitBadInput;
   }
-  if (absl::StartsWith(server, "https://")) {
-    // The server's certificate is always checked: against --ca, or the system's trust store.
-    client.enable_server_certificate_verification(true);
-    if (const std::string ca = CaFile(options); !ca.empty()) client.set_ca_cert_path(ca);
-  }
-  client.set_connection_timeout(std::min(options.timeout_s, 5));
-  client.set_tcp_nodelay(true);
-  client.set_read_timeout(options.timeout_s);
-  client.set_write_timeout(options.timeout_s);
-  httplib::Headers headers;
-  if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
-  const std::string payload = body == nullptr ? "" : body->dump();
-  httplib::Result result = method == "GET"      ? client.Get(path, headers)
-                           : method == "DELETE" ? client.Delete(path, headers)
-                           : method == "PUT"
-                               ? client.Put(path, headers, payload, "application/json")
-                               : client.Post(path, headers, payload, "application/json");
-  if (!result) {
-    const bool tls = result.error() == httplib::Error::SSLServerVerification ||
-                     result.error() == httplib::Error::SSLConnection;
-    PrintError(absl::StrCat(
-        "cannot reach ", server, " (", httplib::to_string(result.error()), ")",
-        tls ? absl::StrCat("; the server's TLS certificate is not trusted: pass the one `gpuslice "
-                           "serve` printed with --ca FILE or GPUSLICE_CA (trusting now: ",
-                           CaFile(options).empty() ? "the system's store" : CaFile(options), ")")
-            : "; is `gpuslice serve` running? set --server or GPUSLICE_SERVER (http:// for a "
-              "server started with --insecure)"));
-    return kExitBadInput;
-  }
-  reply->status = result->status;
-  reply->body = json::parse(result->body, nullptr, false);
-  if (result->status >= 400 && !(conflict_is_answer && result->status == 409)) {
-    const std::string error =
-        reply->body.is_object() ? reply->body.value("error", result->body) : result->body;
-    PrintError(absl::StrCat(result->status, ": ", error));
-    return result->status == 401 || result->status == 403 ? 3 : 1;
+  reply->status = answer->status;
+  reply->body = std::move(answer->body);
+  if (answer->status >= 400 && !(conflict_is_answer && answer->status == 409)) {
+    PrintError(absl::StrCat(answer->status, ": ", answer->Error()));
+    return answer->status == 401 || answer->status == 403 ? 3 : 1;
   }
   return kExitOk;
 }

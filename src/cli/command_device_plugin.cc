@@ -28,8 +28,8 @@
 #include "gpuslice/k8s/plugin.h"
 #include "gpuslice/k8s/pod_resources.h"
 #include "gpuslice/metrics/exposition.h"
+#include "gpuslice/server/metrics_listener.h"
 #include "interposer_path.h"
-#include "metrics_listener.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -153,13 +153,13 @@ int RunDevicePlugin(const GlobalOptions& global, const DevicePluginOptions& o) {
     LogLine(absl::StrCat("warning: ", found.status().message(),
                          "; share units will be refused at allocation (--interposer PATH)"));
   }
-  absl::StatusOr<std::optional<ListenAddress>> metrics_option =
-      ParseMetricsListenOption(o.metrics_listen);
+  absl::StatusOr<std::optional<server::ListenAddress>> metrics_option =
+      server::ParseMetricsListenOption(o.metrics_listen);
   if (!metrics_option.ok()) {
     PrintError(std::string(metrics_option.status().message()));
     return kExitBadInput;
   }
-  const std::optional<ListenAddress> metrics_address = *metrics_option;
+  const std::optional<server::ListenAddress> metrics_address = *metrics_option;
 
   std::unique_ptr<device::Backend> backend = OpenBackend(o.device, *catalog);
   if (backend == nullptr) return 1;
@@ -241,9 +241,9 @@ int RunDevicePlugin(const GlobalOptions& global, const DevicePluginOptions& o) {
     PrintError(absl::StrCat("device plugin: ", started.message()));
     return started.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : 1;
   }
-  std::unique_ptr<MetricsListener> listener;
+  std::unique_ptr<server::MetricsListener> listener;
   if (metrics_address) {
-    listener = std::make_unique<MetricsListener>([&]() -> absl::StatusOr<std::string> {
+    listener = std::make_unique<server::MetricsListener>([&]() -> absl::StatusOr<std::string> {
       return metrics::Write(PluginFamilies(
           plugin.resources(), plugin.registered(),
           k8s::ListPodDevices(o.pod_resources_socket, std::chrono::milliseconds(1000)), host));

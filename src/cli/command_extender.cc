@@ -25,7 +25,7 @@
 #include "gpuslice/k8s/extender.h"
 #include "gpuslice/k8s/kube_api.h"
 #include "gpuslice/place/replay.h"
-#include "metrics_listener.h"
+#include "gpuslice/server/metrics_listener.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -128,7 +128,7 @@ int RunExtender(const ExtenderCliOptions& options, const GlobalOptions& global) 
       absl::StrAppend(&bind_note, "; pods gone from it released every ", options.resync_s, " s");
     }
   }
-  absl::StatusOr<ListenAddress> address = ParseListenAddress(options.listen);
+  absl::StatusOr<server::ListenAddress> address = server::ParseListenAddress(options.listen);
   if (!address.ok()) {
     std::cerr << "gpuslice extender: --listen: " << address.status().message() << "\n";
     return kExitBadInput;

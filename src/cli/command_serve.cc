@@ -1,255 +1,35 @@
 // gpuslice serve: the allocation service. Hands out slices of this machine's GPUs (through NVML),
-// or of a simulated fleet when no driver is present, over the HTTP API (gpuslice/api/server.h).
-// Its own machine is reported to the service in-process, as an agent reports its machine, so it
-// takes fixed layouts too: each tick carries out the machine's layout with the reconciler.
+// or of a simulated fleet when no driver is present (gpuslice/server/serve_setup.h), over the
+// HTTP API (gpuslice/api/server.h). Its own machine is reported to the service in-process, as an
+// agent reports its machine, so it takes fixed layouts too (gpuslice/server/local_machine.h: each
+// tick carries out the machine's layout, the service's sweeps, the usage history and the alerts).
+// This file reads the options, puts the pieces together, prints the banner and ticks until
+// SIGINT or SIGTERM.
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <map>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "alert_runner.h"
-#include "alert_webhook.h"
-#include "client.h"
 #include "common.h"
 #include "gpuslice/alloc/binder.h"
 #include "gpuslice/alloc/inventory.h"
 #include "gpuslice/alloc/service.h"
-#include "gpuslice/alloc/usage.h"
 #include "gpuslice/api/server.h"
-#include "gpuslice/api/tls.h"
-#include "gpuslice/device/nvml_backend.h"
-#include "gpuslice/device/presence.h"
-#include "gpuslice/device/sim_backend.h"
-#include "gpuslice/device/sim_machine.h"
-#include "gpuslice/device/sim_store.h"
 #include "gpuslice/device/synchronized_backend.h"
-#include "gpuslice/metrics/collector.h"
-#include "gpuslice/shim/slices.h"
+#include "gpuslice/server/alert_webhook.h"
+#include "gpuslice/server/local_machine.h"
+#include "gpuslice/server/serve_setup.h"
 #include "gpuslice/store/database.h"
 #include "gpuslice/util/private_file.h"
-#include "layout_runner.h"
 
 namespace gpuslice::cli {
 namespace {
-
-// The machine's GPUs as an agent reports them.
-alloc::NodeReport LocalReport(const std::vector<device::GpuInfo>& gpus) {
-  alloc::NodeReport report;
-  report.host = Hostname();
-  report.cpu_milli = MachineCpuMilli();
-  report.memory_mib = MachineMemoryMib();
-  for (const device::GpuInfo& gpu : gpus) {
-    if (gpu.model == nullptr) continue;
-    report.gpus.push_back(alloc::NodeReport::Gpu{gpu.index, gpu.uuid, gpu.model->id,
-                                                 gpu.mig_current == device::MigMode::kEnabled});
-  }
-  return report;
-}
-
-// The GPUs of the catalog, as the backend lists them now.
-absl::StatusOr<std::vector<device::GpuInfo>> KnownGpus(device::Backend& backend) {
-  absl::StatusOr<std::vector<device::GpuInfo>> listed = backend.ListGpus();
-  if (!listed.ok()) return listed.status();
-  std::vector<device::GpuInfo> known;
-  for (const device::GpuInfo& gpu : *listed) {
-    if (gpu.model != nullptr) known.push_back(gpu);
-  }
-  return known;
-}
-
-// The in-process agent's round for the machine's layout: carries it out, reports the machine
-// again when MIG modes changed, and tells the service how it went.
-void CarryOutLocalLayout(alloc::Service& service, device::SynchronizedBackend& backend,
-                         const hw::Catalog& catalog, alloc::DeviceBinder& binder) {
-  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin, ""};
-  absl::StatusOr<std::optional<alloc::NodeLayout>> layout = service.GetLayout(system, Hostname());
-  if (!layout.ok() || !layout->has_value()) {
-    binder.SetFixedGpus({});
-    return;
-  }
-  LayoutRun run;
-  {
-    // One reconciler round (snapshot, plan, steps) without the binder's calls in between.
-    std::unique_lock<std::recursive_mutex> hold = backend.Lock();
-    run = CarryOutLayout(backend, catalog, **layout);
-  }
-  binder.SetFixedGpus(run.fixed);
-  if (run.changed) {
-    std::cerr << "gpuslice serve: layout " << (*layout)->generation
-              << " carried out: " << run.created << " instance(s) created, " << run.destroyed
-              << " destroyed, " << run.kept << " kept\n";
-  }
-  if (run.modes_changed) {
-    if (absl::StatusOr<std::vector<device::GpuInfo>> gpus = KnownGpus(backend); gpus.ok()) {
-      binder.SetGpus(Hostname(), *gpus, false);
-      if (absl::Status s = service.ReportNode(system, LocalReport(*gpus)); !s.ok()) {
-        std::cerr << "gpuslice serve: reporting this machine: " << s.message() << "\n";
-      }
-    }
-  }
-  if (!LayoutReportDue(**layout, run)) return;
-  if (!run.message.empty()) {
-    std::cerr << "gpuslice serve: layout " << (*layout)->generation
-              << " not carried out: " << run.message << "\n";
-  }
-  (void)service.ReportLayout(system, Hostname(), (*layout)->generation, run.message);
-}
-
-// The leases on this machine's devices, for /metrics and the alerts: lease, tenant, class, idle
-// seconds (when known) and the class's idle threshold. `leases` are all active leases.
-std::vector<metrics::Holder> LocalHolders(alloc::Service& service,
-                                          const std::vector<alloc::Lease>& leases,
-                                          std::mutex& idle_mutex, alloc::IdleTracker& idle,
-                                          std::int64_t now) {
-  std::map<std::string, std::int64_t> idle_threshold;
-  for (const alloc::ClassSpec& spec : service.Classes()) {
-    idle_threshold[spec.name] = spec.idle_timeout_s;
-  }
-  std::vector<metrics::Holder> holders;
-  for (const alloc::Lease& lease : leases) {
-    if (lease.node.substr(0, lease.node.find('/')) != Hostname()) continue;
-    std::optional<std::int64_t> idle_s;
-    {
-      std::lock_guard<std::mutex> lock(idle_mutex);
-      if (const std::int64_t s = idle.IdleSeconds(lease.id, lease.node, lease.bound, now); s >= 0) {
-        idle_s = s;
-      }
-    }
-    for (const alloc::BoundDevice& device : lease.bound) {
-      metrics::Holder holder{device.uuid,      lease.id, lease.tenant,
-                             lease.class_name, idle_s,   device.vram_mib};
-      holder.idle_threshold_s = idle_threshold[lease.class_name];
-      holders.push_back(std::move(holder));
-    }
-  }
-  return holders;
-}
-
-// One scrape of GET /metrics: this machine's GPUs and MIG instances (through the backend), its
-// software slices (the interposer's accounting files), the leases on them, this machine's alert
-// counters, the fleet's active alerts by machine and kind, and the service's leases and queue by
-// class.
-absl::StatusOr<std::string> Scrape(alloc::Service& service, device::Backend& backend,
-                                   std::mutex& idle_mutex, alloc::IdleTracker& idle,
-                                   const AlertRunner& alerts) {
-  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin, ""};
-  metrics::MachineFigures machine = metrics::Collect(backend, Hostname());
-  metrics::CollectSlices(shim::SliceDirectory(), machine);
-  absl::StatusOr<std::vector<alloc::Lease>> leases = service.Leases(system);
-  if (!leases.ok()) return leases.status();
-  absl::StatusOr<std::vector<alloc::QueueEntry>> queue = service.Queue(system);
-  if (!queue.ok()) return queue.status();
-  const std::vector<metrics::Holder> holders =
-      LocalHolders(service, *leases, idle_mutex, idle, EpochNow());
-  std::map<std::pair<std::string, std::string>, int> by_class;  // (class, tenant) -> leases
-  for (const alloc::Lease& lease : *leases) by_class[{lease.class_name, lease.tenant}] += 1;
-  std::vector<metrics::Family> families = metrics::Families(machine, holders);
-  // This machine's counters (fired alerts, Xid errors); the active alerts of every machine
-  // come from the service, this one's included.
-  for (metrics::Family& family : alerts.Families()) {
-    if (family.name != "gpuslice_alerts") families.push_back(std::move(family));
-  }
-  absl::StatusOr<alloc::Service::AlertList> active = service.Alerts(system);
-  if (!active.ok()) return active.status();
-  std::map<std::string, std::map<std::string, int>> by_host;  // host -> kind -> count
-  by_host[Hostname()];
-  if (absl::StatusOr<std::vector<alloc::NodeReport>> nodes = service.Nodes(system); nodes.ok()) {
-    for (const alloc::NodeReport& node : *nodes) by_host[node.host];
-  }
-  for (const metrics::Alert& alert : active->active) by_host[alert.host][alert.kind] += 1;
-  metrics::Family fleet;
-  fleet.name = "gpuslice_alerts";
-  fleet.help = "Active alerts, by machine, kind and severity.";
-  for (const auto& [host, counts] : by_host) {
-    for (const auto& [kind, severity] : metrics::AlertKinds()) {
-      const auto it = counts.find(kind);
-      fleet.samples.push_back({{{"kind", kind}, {"severity", severity}, {"Hostname", host}},
-                               static_cast<double>(it == counts.end() ? 0 : it->second)});
-    }
-  }
-  families.push_back(std::move(fleet));
-  metrics::Family active_leases;
-  active_leases.name = "gpuslice_leases";
-  active_leases.help = "Active leases by class and tenant.";
-  for (const auto& [key, count] : by_class) {
-    active_leases.samples.push_back(
-        {{{"class", key.first}, {"tenant", key.second}}, static_cast<double>(count)});
-  }
-  std::map<std::string, int> waiting;
-  for (const alloc::QueueEntry& entry : *queue) waiting[entry.class_name] += 1;
-  metrics::Family queued;
-  queued.name = "gpuslice_queue_length";
-  queued.help = "Requests waiting for capacity, by class.";
-  for (const auto& [klass, count] : waiting) {
-    queued.samples.push_back({{{"class", klass}}, static_cast<double>(count)});
-  }
-  families.push_back(std::move(active_leases));
-  families.push_back(std::move(queued));
-  return metrics::Write(families);
-}
-
-// One round of this machine's alerts: its collector's changes go to the service in-process.
-void LocalAlerts(alloc::Service& service, device::SynchronizedBackend& backend,
-                 std::mutex& idle_mutex, alloc::IdleTracker& idle, AlertRunner& alerts) {
-  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin, ""};
-  absl::StatusOr<std::vector<alloc::Lease>> leases = service.Leases(system);
-  if (!leases.ok()) return;
-  const std::int64_t now = EpochNow();
-  const std::vector<metrics::Holder> holders =
-      LocalHolders(service, *leases, idle_mutex, idle, now);
-  metrics::MachineFigures machine;
-  {
-    std::unique_lock<std::recursive_mutex> hold = backend.Lock();
-    machine = metrics::Collect(backend, Hostname());
-    metrics::CollectXids(backend, machine);
-  }
-  alerts.Round(machine, holders, now, [&](const metrics::AlertChanges& changes) {
-    absl::Status status = service.ReportAlerts(system, Hostname(), changes);
-    // NotFound: this machine could not be reported (serve said so when it started).
-    if (!status.ok() && !absl::IsNotFound(status)) {
-      std::cerr << "gpuslice serve: alerts: " << status.message() << "\n";
-    }
-    return status;
-  });
-}
-
-// One round of the usage history for this machine's leases: one collection, one RecordUsage.
-void RecordLocalUsage(alloc::Service& service, device::SynchronizedBackend& backend) {
-  const alloc::Caller system{"gpuslice", "", alloc::Role::kAdmin, ""};
-  absl::StatusOr<std::vector<alloc::Lease>> leases = service.Leases(system);
-  if (!leases.ok()) return;
-  std::optional<metrics::MachineFigures> machine;
-  std::map<std::int64_t, alloc::UsageFigures> samples;
-  for (const alloc::Lease& lease : *leases) {
-    if (lease.bound.empty() || lease.node.substr(0, lease.node.find('/')) != Hostname()) continue;
-    if (!machine.has_value()) {
-      std::unique_lock<std::recursive_mutex> hold = backend.Lock();
-      machine = metrics::Collect(backend, Hostname());
-    }
-    if (std::optional<alloc::UsageFigures> f = alloc::UsageFromFigures(*machine, lease.bound)) {
-      samples[lease.id] = *f;
-    }
-  }
-  if (samples.empty()) return;
-  // NotFound: this machine could not be reported (serve said so when it started).
-  absl::StatusOr<std::vector<std::int64_t>> ignored =
-      service.RecordUsage(system, Hostname(), samples);
-  if (!ignored.ok() && !absl::IsNotFound(ignored.status())) {
-    std::cerr << "gpuslice serve: usage history: " << ignored.status().message() << "\n";
-  }
-}
 
 struct ServeOptions {
   std::string db = "gpuslice.db";
@@ -265,71 +45,86 @@ struct ServeOptions {
       tls_client_ca;    // agents must present a certificate this CA signed, named for their machine
   std::string tls_dir;  // where the self-signed pair lives (default: beside the admin token)
   bool insecure = false;  // plain HTTP
+  // Failed authentications: this many from one source within the window lock it out.
+  int auth_max_failures = 10;
+  int auth_window_s = 60;
+  int auth_lockout_s = 60;
 };
 
-// The simulated fleet, kept in a state file beside the admin token (gpuslice-sim.json), so
-// that a restart, even after kill -9, finds the MIG instances its leases hold with their UUIDs,
-// as a real GPU keeps them. A file of another fleet (other models) is replaced, and said so.
-absl::StatusOr<std::shared_ptr<device::Backend>> KeptSimulatedFleet(
-    const ServeOptions& options, const device::sim::SimState& fresh, const hw::Catalog& catalog) {
-  std::string dir = std::filesystem::path(options.token_file).parent_path().string();
-  if (dir.empty()) dir = ".";
-  const std::string file = dir + "/gpuslice-sim.json";
-  absl::StatusOr<std::unique_ptr<device::SimBackend>> kept =
-      device::SimBackend::OpenFile(file, catalog);
-  if (kept.ok()) {
-    absl::StatusOr<std::vector<device::GpuInfo>> gpus = (*kept)->ListGpus();
-    bool same = gpus.ok() && gpus->size() == fresh.gpus.size();
-    for (std::size_t i = 0; same && i < fresh.gpus.size(); ++i) {
-      same = (*gpus)[i].model != nullptr && (*gpus)[i].model->id == fresh.gpus[i].model_id;
-    }
-    if (same) return std::shared_ptr<device::Backend>(*std::move(kept));
-    std::cerr << "gpuslice serve: " << file
-              << " holds another simulated fleet; starting it afresh\n";
-  }
-  if (absl::Status st = device::sim::SimStore::Create(file, fresh, /*overwrite=*/true); !st.ok()) {
-    return st;
-  }
-  absl::StatusOr<std::unique_ptr<device::SimBackend>> made =
-      device::SimBackend::OpenFile(file, catalog);
-  if (!made.ok()) return made.status();
-  return std::shared_ptr<device::Backend>(*std::move(made));
-}
-
-// The TLS context serve listens with: the operator's pair, or the self-signed pair of an earlier
-// start, or a new one. Null with --insecure. `*how` says which, for the banner.
-absl::StatusOr<std::unique_ptr<api::TlsServerContext>> ServerTls(const ServeOptions& options,
-                                                                 std::string* cert_file,
-                                                                 std::string* how) {
-  if (options.insecure) return std::unique_ptr<api::TlsServerContext>();
-  if (options.tls_cert.empty() != options.tls_key.empty()) {
-    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
-  }
-  std::string cert = options.tls_cert;
-  std::string key = options.tls_key;
-  *how = "the given certificate";
-  if (cert.empty()) {
-    std::string dir = options.tls_dir;
-    if (dir.empty()) dir = std::filesystem::path(options.token_file).parent_path().string();
-    if (dir.empty()) dir = ".";
-    cert = dir + "/gpuslice-tls.crt";
-    key = dir + "/gpuslice-tls.key";
-    *how = "the self-signed certificate of an earlier start";
-    if (!std::filesystem::exists(cert) || !std::filesystem::exists(key)) {
-      if (absl::Status st = api::MakeSelfSignedCertificate(
-              cert, key, {"localhost", Hostname(), "127.0.0.1", "::1"});
-          !st.ok()) {
-        return st;
-      }
-      *how = "a NEW self-signed certificate";
-    }
-  }
-  *cert_file = std::filesystem::absolute(cert).lexically_normal().string();
-  return api::TlsServerContext::Load(cert, key, options.tls_client_ca);
+// The directory beside the admin token, where serve keeps its simulated fleet and its pair.
+std::string TokenDir(const ServeOptions& options) {
+  const std::string dir = std::filesystem::path(options.token_file).parent_path().string();
+  return dir.empty() ? "." : dir;
 }
 
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
+
+// What the first start, or any start, prints: where the GPUs come from, the store, the URL, TLS
+// and how to trust it, the admin token, and what to try next.
+void PrintBanner(const std::string& source, const alloc::Service& service, const std::string& where,
+                 const std::string& url, const server::ServerTls& tls, bool admin_made,
+                 const std::string& token_file) {
+  std::cout << "gpuslice serve: handing out " << service.inventory().total_gpus() << " GPUs of "
+            << source << "\n"
+            << "  store:  " << service.store_kind() << " " << where << "\n"
+            << "  listen: " << url << "   (health: " << url << "/v1/health)\n";
+  if (tls.context != nullptr) {
+    std::cout << "  TLS:    " << tls.how << " " << tls.cert_file << "\n"
+              << "          SHA-256 fingerprint " << tls.context->fingerprint() << "\n"
+              << "          clients trust it with --ca " << tls.cert_file
+              << " (or GPUSLICE_CA; ./gpuslice-tls.crt is read when present)\n";
+  } else {
+    std::cout << "  WARNING: --insecure: plain HTTP, API tokens cross the network in clear\n";
+  }
+  std::cout << "  admin token: "
+            << (admin_made ? std::filesystem::absolute(token_file).string()
+                           : std::string("(an admin exists already; token file from the "
+                                         "first start)"))
+            << "\n\nTry next, in another terminal:\n"
+            << "  export GPUSLICE_SERVER=" << url << " GPUSLICE_TOKEN=$(cat " << token_file << ")"
+            << (tls.context != nullptr ? " GPUSLICE_CA=" + tls.cert_file : std::string()) << "\n"
+            << "  gpuslice admin tenant team-a --quota small=4 && gpuslice admin user ann --tenant "
+               "team-a\n"
+            << "  GPUSLICE_TOKEN=<ann's token> gpuslice acquire --class small --purpose "
+               "\"notebook\"\n"
+            << "  gpuslice leases --all; gpuslice audit\n"
+            << std::flush;
+}
+
+// The service over its store and the fleet's inventory, with the fleet's binder.
+absl::StatusOr<std::unique_ptr<alloc::Service>> OpenService(
+    const ServeOptions& options, const server::Fleet& fleet,
+    std::shared_ptr<alloc::DeviceBinder> binder, std::string* where) {
+  absl::StatusOr<place::Cluster> inventory = alloc::InventoryFromGpus(
+      Hostname(), fleet.gpus, MachineCpuMilli(), MachineMemoryMib(), false);
+  if (!inventory.ok()) return inventory.status();
+  absl::StatusOr<std::unique_ptr<store::Database>> db = store::OpenDatabase(options.db);
+  if (!db.ok()) return db.status();
+  *where = (*db)->where();
+  alloc::ServiceOptions service_options;
+  service_options.policy = options.policy;
+  service_options.binder = std::move(binder);
+  return alloc::Service::Open(*std::move(db), *std::move(inventory), service_options);
+}
+
+api::ServerOptions ApiOptions(const ServeOptions& options, const std::string& host, int port,
+                              const server::ServerTls& tls) {
+  api::ServerOptions server_options;
+  server_options.host = host;
+  server_options.port = port;
+  server_options.tls = tls.context != nullptr ? tls.context->get() : nullptr;
+  server_options.agents_need_client_certificates = !options.tls_client_ca.empty();
+  server_options.auth_max_failures = options.auth_max_failures;
+  server_options.auth_window_s = options.auth_window_s;
+  server_options.auth_lockout_s = options.auth_lockout_s;
+  return server_options;
+}
+
+int Fail(const absl::Status& status) {
+  PrintError(std::string(status.message()));
+  return absl::IsInvalidArgument(status) ? kExitBadInput : 1;
+}
 
 int RunServe(const GlobalOptions& global, const ServeOptions& options) {
   // Everything serve writes (the store and its journal, the admin token, TLS keys) is its
@@ -344,202 +139,68 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
     PrintError("--listen: HOST:PORT, e.g. 127.0.0.1:8470");
     return kExitBadInput;
   }
-  // The GPUs: NVML when a driver is there, a simulated fleet only where the machine shows no
-  // sign of NVIDIA hardware or driver (or with --sim-fleet); say which, loudly.
-  std::vector<device::GpuInfo> gpus;
-  std::string source;
-  bool simulated = true;
-  std::shared_ptr<device::Backend> backend;  // the in-process agent's
-  if (options.sim_fleet.empty()) {
-    absl::StatusOr<std::vector<device::GpuInfo>> listed;
-    absl::StatusOr<std::unique_ptr<device::NvmlBackend>> nvml = device::NvmlBackend::Load(*catalog);
-    if (nvml.ok()) listed = (*nvml)->ListGpus();
-    const bool no_library = !nvml.ok() && !device::NvmlBackend::LibraryLoadable();
-    const std::vector<std::string> traces = device::NvidiaTraces();
-    if (nvml.ok() && listed.ok() && !listed->empty()) {
-      gpus = *listed;
-      simulated = false;
-      source = absl::StrCat("local GPUs through NVML (", (*nvml)->Describe(), ")");
-      backend = *std::move(nvml);
-    } else if (!no_library || !traces.empty()) {
-      const std::string why = !nvml.ok()     ? std::string(nvml.status().message())
-                              : !listed.ok() ? std::string(listed.status().message())
-                                             : "NVML lists no GPU";
-      PrintError(absl::StrCat(
-          "this machine has NVIDIA ", no_library ? "devices" : "driver library",
-          traces.empty() ? "" : absl::StrCat(" (", absl::StrJoin(traces, "; "), ")"),
-          " but its GPUs cannot be used: ", why,
-          ". Refusing to hand out a simulated fleet on a GPU host; fix the driver (see `gpuslice "
-          "doctor`), or pass --sim-fleet SPEC to serve a simulated fleet on purpose"));
-      return 1;
-    }
-  }
-  const std::string fleet =
-      options.sim_fleet.empty() ? "4xH100-80GB,4xA100-80GB" : options.sim_fleet;
-  if (simulated) {
-    // Seeded by the host name, so that simulated machines have distinct UUIDs.
-    absl::StatusOr<device::sim::SimState> state =
-        device::sim::NewMachine(*catalog, fleet, std::hash<std::string>{}(Hostname()) | 1);
-    if (!state.ok()) {
-      PrintError(absl::StrCat("--sim-fleet: ", std::string(state.status().message())));
-      return kExitBadInput;
-    }
-    // The simulated GPUs that have MIG are in MIG mode, so slices become real instances.
-    for (device::sim::SimGpu& gpu : state->gpus) {
-      if (gpu.mig_capable) {
-        gpu.mig_current = device::MigMode::kEnabled;
-        gpu.mig_pending = device::MigMode::kEnabled;
-      }
-    }
-    absl::StatusOr<std::shared_ptr<device::Backend>> kept =
-        KeptSimulatedFleet(options, *state, *catalog);
-    if (!kept.ok()) {
-      PrintError(std::string(kept.status().message()));
-      return 1;
-    }
-    backend = *std::move(kept);
-    absl::StatusOr<std::vector<device::GpuInfo>> listed = backend->ListGpus();
-    if (!listed.ok()) {
-      PrintError(std::string(listed.status().message()));
-      return 1;
-    }
-    gpus = *listed;
-    source = absl::StrCat("a SIMULATED fleet (", fleet, ")",
-                          options.sim_fleet.empty() ? ": no NVIDIA driver found" : "");
-  }
-  // (The simulated GPUs with MIG are in MIG mode: from here on both kinds go by the real modes.)
+  absl::StatusOr<server::Fleet> fleet =
+      server::OpenFleet(*catalog, options.sim_fleet, TokenDir(options));
+  if (!fleet.ok()) return Fail(fleet.status());
   // API threads (the binder), the tick (layouts) and the metrics all use the machine's backend.
-  auto shared = std::make_shared<device::SynchronizedBackend>(std::move(backend));
-  absl::StatusOr<place::Cluster> inventory =
-      alloc::InventoryFromGpus(Hostname(), gpus, MachineCpuMilli(), MachineMemoryMib(), false);
-  if (!inventory.ok()) {
-    PrintError(std::string(inventory.status().message()));
-    return 1;
-  }
-  absl::StatusOr<std::unique_ptr<store::Database>> db = store::OpenDatabase(options.db);
-  if (!db.ok()) {
-    PrintError(std::string(db.status().message()));
-    return 1;
-  }
-  const std::string where = (*db)->where();
-  alloc::ServiceOptions service_options;
-  service_options.policy = options.policy;
-  service_options.binder = alloc::MakeBackendBinder(shared, Hostname(), gpus, false);
-  // Idle reclaim: a lease with no process on its devices for its class's idle timeout. The tick
-  // and /metrics both ask the tracker.
-  alloc::IdleTracker idle(service_options.binder);
-  std::mutex idle_mutex;
+  auto shared = std::make_shared<device::SynchronizedBackend>(fleet->backend);
+  std::shared_ptr<alloc::DeviceBinder> binder =
+      alloc::MakeBackendBinder(shared, Hostname(), fleet->gpus, false);
+  std::string where;
   absl::StatusOr<std::unique_ptr<alloc::Service>> service =
-      alloc::Service::Open(*std::move(db), *std::move(inventory), service_options);
-  if (!service.ok()) {
-    PrintError(std::string(service.status().message()));
-    return 1;
-  }
+      OpenService(options, *fleet, binder, &where);
+  if (!service.ok()) return Fail(absl::InternalError(service.status().message()));
+  alloc::Service& served = **service;
+  server::LocalMachine local(served, shared, *catalog, binder);
   // This machine joins like an agent's (kept in the store, with its layout if an admin set one).
   // Without it (a host name the API cannot carry, say) serve still hands out its GPUs, only
   // without fixed layouts for this machine.
-  if (absl::Status s = (*service)->ReportNode(
-          alloc::Caller{"gpuslice", "", alloc::Role::kAdmin, ""}, LocalReport(gpus));
-      !s.ok()) {
+  if (absl::Status s = local.Join(fleet->gpus); !s.ok()) {
     std::cerr << "gpuslice serve: this machine is not in `gpuslice node list` (" << s.message()
               << "); its GPUs are handed out, but it cannot take a fixed layout\n";
   }
-  CarryOutLocalLayout(**service, *shared, *catalog, *service_options.binder);
-  absl::StatusOr<std::optional<std::string>> admin = (*service)->BootstrapAdmin("admin");
-  if (!admin.ok()) {
-    PrintError(std::string(admin.status().message()));
-    return 1;
-  }
+  absl::StatusOr<std::optional<std::string>> admin = served.BootstrapAdmin("admin");
+  if (!admin.ok()) return Fail(absl::InternalError(admin.status().message()));
   if (admin->has_value()) {
     if (absl::Status st = util::WritePrivateFile(options.token_file, **admin + "\n"); !st.ok()) {
-      PrintError(std::string(st.message()));
-      return 1;
+      return Fail(absl::InternalError(st.message()));
     }
   }
-  std::string cert_file;
-  std::string tls_how;
-  absl::StatusOr<std::unique_ptr<api::TlsServerContext>> tls =
-      ServerTls(options, &cert_file, &tls_how);
-  if (!tls.ok()) {
-    PrintError(std::string(tls.status().message()));
-    return kExitBadInput;
-  }
-  api::ServerOptions server_options;
-  server_options.host = options.listen.substr(0, colon);
-  server_options.port = port;
-  server_options.tls = *tls != nullptr ? (*tls)->get() : nullptr;
-  server_options.agents_need_client_certificates = !options.tls_client_ca.empty();
-  alloc::Service& served = **service;
-  AlertRunner alerts(Hostname());
-  std::unique_ptr<AlertWebhook> webhook;
+  absl::StatusOr<server::ServerTls> tls = server::OpenServerTls(
+      {options.insecure, options.tls_cert, options.tls_key,
+       options.tls_dir.empty() ? TokenDir(options) : options.tls_dir, options.tls_client_ca});
+  if (!tls.ok()) return Fail(absl::InvalidArgumentError(tls.status().message()));
+  api::ServerOptions server_options =
+      ApiOptions(options, options.listen.substr(0, colon), port, *tls);
+  std::unique_ptr<server::AlertWebhook> webhook;
   if (!options.alert_webhook.empty()) {
-    absl::StatusOr<std::unique_ptr<AlertWebhook>> started =
-        AlertWebhook::Start(options.alert_webhook);
-    if (!started.ok()) {
-      PrintError(std::string(started.status().message()));
-      return kExitBadInput;
-    }
+    absl::StatusOr<std::unique_ptr<server::AlertWebhook>> started =
+        server::AlertWebhook::Start(options.alert_webhook);
+    if (!started.ok()) return Fail(absl::InvalidArgumentError(started.status().message()));
     webhook = *std::move(started);
     served.SetAlertListener([hook = webhook.get()](const metrics::Alert& alert, bool fired) {
       hook->Send(alert, fired);
     });
   }
-  server_options.metrics = [&served, &shared, &idle_mutex, &idle, &alerts] {
-    return Scrape(served, *shared, idle_mutex, idle, alerts);
-  };
-  api::ApiServer server(**service, server_options);
+  server_options.metrics = [&local] { return local.Families(); };
+  api::ApiServer server(served, server_options);
   if (absl::Status status = server.Start(); !status.ok()) {
-    PrintError(std::string(status.message()));
-    return 1;
+    return Fail(absl::InternalError(status.message()));
   }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   const std::string host_in_url = server_options.host.find(':') != std::string::npos
                                       ? absl::StrCat("[", server_options.host, "]")
                                       : server_options.host;
-  const std::string url =
-      absl::StrCat(*tls != nullptr ? "https://" : "http://", host_in_url, ":", server.port());
-  std::cout << "gpuslice serve: handing out " << (*service)->inventory().total_gpus() << " GPUs of "
-            << source << "\n"
-            << "  store:  " << (*service)->store_kind() << " " << where << "\n"
-            << "  listen: " << url << "   (health: " << url << "/v1/health)\n";
-  if (*tls != nullptr) {
-    std::cout << "  TLS:    " << tls_how << " " << cert_file << "\n"
-              << "          SHA-256 fingerprint " << (*tls)->fingerprint() << "\n"
-              << "          clients trust it with --ca " << cert_file
-              << " (or GPUSLICE_CA; ./gpuslice-tls.crt is read when present)\n";
-  } else {
-    std::cout << "  WARNING: --insecure: plain HTTP, API tokens cross the network in clear\n";
-  }
-  std::cout << "  admin token: "
-            << (admin->has_value() ? std::filesystem::absolute(options.token_file).string()
-                                   : std::string("(an admin exists already; token file from the "
-                                                 "first start)"))
-            << "\n\nTry next, in another terminal:\n"
-            << "  export GPUSLICE_SERVER=" << url << " GPUSLICE_TOKEN=$(cat " << options.token_file
-            << ")" << (*tls != nullptr ? " GPUSLICE_CA=" + cert_file : std::string()) << "\n"
-            << "  gpuslice admin tenant team-a --quota small=4 && gpuslice admin user ann --tenant "
-               "team-a\n"
-            << "  GPUSLICE_TOKEN=<ann's token> gpuslice acquire --class small --purpose "
-               "\"notebook\"\n"
-            << "  gpuslice leases --all; gpuslice audit\n"
-            << std::flush;
+  const std::string url = absl::StrCat(tls->context != nullptr ? "https://" : "http://",
+                                       host_in_url, ":", server.port());
+  PrintBanner(fleet->source, served, where, url, *tls, admin->has_value(), options.token_file);
   auto last_tick = std::chrono::steady_clock::now();
   while (!g_stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if (std::chrono::steady_clock::now() - last_tick >= std::chrono::seconds(options.tick_s)) {
       last_tick = std::chrono::steady_clock::now();
-      CarryOutLocalLayout(**service, *shared, *catalog, *service_options.binder);
-      const std::int64_t now = EpochNow();
-      absl::StatusOr<int> ended = (*service)->Tick([&](const alloc::Lease& lease) {
-        std::lock_guard<std::mutex> lock(idle_mutex);
-        return idle.IdleSeconds(lease.id, lease.node, lease.bound, now);
-      });
-      if (!ended.ok()) {
-        std::cerr << "gpuslice serve: tick: " << ended.status().message() << "\n";
-      }
-      RecordLocalUsage(**service, *shared);
-      LocalAlerts(**service, *shared, idle_mutex, idle, alerts);
+      local.Tick();
     }
   }
   std::cout << "gpuslice serve: stopping (finishing requests in flight)\n" << std::flush;
@@ -587,6 +248,19 @@ void AddServeCommand(CLI::App& app, const GlobalOptions& global, Action* action)
       ->check(CLI::Range(1, 3600));
   cmd->add_option("--alert-webhook", options->alert_webhook,
                   "POST every alert that fires or clears, as JSON, to this http:// URL");
+  cmd->add_option("--auth-max-failures", options->auth_max_failures,
+                  "Failed authentications (unknown or expired tokens) from one source (an IPv4 "
+                  "address or an IPv6 /64) within --auth-window that lock it out")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1'000'000));
+  cmd->add_option("--auth-window", options->auth_window_s,
+                  "Seconds over which failed authentications are counted")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86'400));
+  cmd->add_option("--auth-lockout", options->auth_lockout_s,
+                  "Seconds a locked-out source is answered 429 (Retry-After), its tokens unread")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86'400));
   cmd->callback([options, action, &global] {
     *action = [options, &global] { return RunServe(global, *options); };
   });

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "gpuslice/geometry/shape.h"
 #include "gpuslice/hw/catalog.h"
+#include "gpuslice/util/this_machine.h"
 #include "nlohmann/json.hpp"
 
 namespace gpuslice::cli {
@@ -75,9 +76,9 @@ void PrintJson(const nlohmann::json& value);
 void PrintError(const std::string& message);
 
 // This machine: its host name, memory (MiB) and CPUs (milli-cores).
-std::string Hostname();
-std::int64_t MachineMemoryMib();
-std::int64_t MachineCpuMilli();
+using util::Hostname;
+using util::MachineCpuMilli;
+using util::MachineMemoryMib;
 
 // Subcommand registration (one file each).
 void AddGpusCommand(CLI::App& app, const GlobalOptions& global, Action* action);

@@ -1,5 +1,6 @@
 #include "gpuslice/metrics/exposition.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <set>
@@ -145,6 +146,18 @@ absl::StatusOr<std::string> Write(const std::vector<Family>& families) {
     }
   }
   return out;
+}
+
+std::vector<Family> OnlyLabelled(std::vector<Family> families, const std::string& label,
+                                 const std::string& value) {
+  for (Family& family : families) {
+    std::erase_if(family.samples, [&](const Sample& sample) {
+      return std::none_of(sample.labels.begin(), sample.labels.end(), [&](const auto& pair) {
+        return pair.first == label && pair.second == value;
+      });
+    });
+  }
+  return families;
 }
 
 }  // namespace gpuslice::metrics

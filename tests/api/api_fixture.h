@@ -152,8 +152,8 @@ class ApiFixture : public ::testing::Test {
   alloc::testing::FakeClock clock_;
   std::unique_ptr<alloc::Service> service_;
   std::unique_ptr<ApiServer> server_;
-  // GET /metrics's text, when set before Open().
-  std::function<absl::StatusOr<std::string>()> metrics_;
+  // GET /metrics's families, when set before Open().
+  std::function<absl::StatusOr<std::vector<metrics::Family>>()> metrics_;
   std::string admin_;
   std::string tenant_;
   std::string agent_;

@@ -43,7 +43,13 @@ json Report() {
 class AuthorizationWalk : public testing::ApiFixture {
  protected:
   void SetUp() override {
-    metrics_ = []() -> absl::StatusOr<std::string> { return std::string("walk 1\n"); };
+    metrics_ = []() -> absl::StatusOr<std::vector<metrics::Family>> {
+      metrics::Family walk;
+      walk.name = "walk";
+      walk.help = "One sample.";
+      walk.samples.push_back({{}, 1});
+      return std::vector<metrics::Family>{walk};
+    };
     ASSERT_NO_FATAL_FAILURE(Start(place::testing::MakeCluster({MigA100("vm", 1)})));
     ASSERT_EQ(Call("PUT", "/v1/tenants/team-b", admin_, json::object()).status, 200);
     other_tenant_ = User("bob", "team-b", "tenant");

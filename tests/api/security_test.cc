@@ -24,6 +24,7 @@ using alloc::testing::MigUuid;
 using nlohmann::json;
 using testing::Count;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::Reply;
 
 json Report(const std::string& uuid) {
@@ -34,9 +35,29 @@ json Report(const std::string& uuid) {
        json::array({json{{"index", 0}, {"uuid", uuid}, {"model", "H100-80GB"}, {"mig", true}}})}};
 }
 
+// What serve's /metrics gives: serve's own machine (vm), the fleet's alerts by machine, and the
+// leases by tenant, which name no machine.
+std::vector<metrics::Family> FleetFamilies() {
+  metrics::Family fb;
+  fb.name = "DCGM_FI_DEV_FB_USED";
+  fb.help = "Framebuffer memory used (in MiB).";
+  fb.samples.push_back({{{"gpu", "0"}, {"Hostname", "vm"}}, 4096});
+  metrics::Family alerts;
+  alerts.name = "gpuslice_alerts";
+  alerts.help = "Active alerts.";
+  alerts.samples.push_back({{{"kind", "xid"}, {"Hostname", "r1"}}, 1});
+  alerts.samples.push_back({{{"kind", "xid"}, {"Hostname", "r2"}}, 2});
+  metrics::Family leases;
+  leases.name = "gpuslice_leases";
+  leases.help = "Active leases by class and tenant.";
+  leases.samples.push_back({{{"class", "nb"}, {"tenant", "team-a"}}, 3});
+  return {fb, alerts, leases};
+}
+
 class SecurityApiTest : public testing::ApiFixture {
  protected:
   void SetUp() override {
+    metrics_ = [] { return FleetFamilies(); };
     ASSERT_NO_FATAL_FAILURE(Start(place::testing::MakeCluster({MigA100("vm", 1)})));
     ASSERT_EQ(Call("PUT", "/v1/nodes/r1", agent_, Report(GpuUuid("r1", 0))).status, 200);
     other_agent_ = User("agent-r2", "", "agent", "r2");
@@ -195,6 +216,28 @@ TEST_F(SecurityApiTest, APurposeHasNoControlCharacters) {
     EXPECT_EQ(r.status, 400) << r.text;
   }
   EXPECT_GT(Lease("tabs\tare fine"), 0);
+}
+
+// An agent's token read all of serve's /metrics: every tenant's leases and every machine's series.
+// Now an admin reads everything, an agent only its own machine's samples.
+TEST_F(SecurityApiTest, AnAgentScrapesOnlyItsOwnMachinesSeries) {
+  const Reply all = Call("GET", "/metrics", admin_);
+  ASSERT_EQ(all.status, 200) << all.text;
+  EXPECT_THAT(all.text, HasSubstr("Hostname=\"vm\""));
+  EXPECT_THAT(all.text, HasSubstr("tenant=\"team-a\""));
+  EXPECT_THAT(all.text, HasSubstr("Hostname=\"r2\""));
+  const Reply r1 = Call("GET", "/metrics", agent_);
+  ASSERT_EQ(r1.status, 200) << r1.text;
+  EXPECT_THAT(r1.text, HasSubstr("gpuslice_alerts{kind=\"xid\",Hostname=\"r1\"} 1\n"));
+  EXPECT_THAT(r1.text, Not(HasSubstr("Hostname=\"vm\"")));
+  EXPECT_THAT(r1.text, Not(HasSubstr("Hostname=\"r2\"")));
+  EXPECT_THAT(r1.text, Not(HasSubstr("team-a")));
+  EXPECT_THAT(r1.text, HasSubstr("# TYPE gpuslice_leases gauge"));  // described, no samples
+  const Reply r2 = Call("GET", "/metrics", other_agent_);
+  ASSERT_EQ(r2.status, 200) << r2.text;
+  EXPECT_THAT(r2.text, HasSubstr("Hostname=\"r2\"} 2\n"));
+  EXPECT_THAT(r2.text, Not(HasSubstr("Hostname=\"r1\"")));
+  EXPECT_EQ(Call("GET", "/metrics", tenant_).status, 403);
 }
 
 // With a quota for one class, wave 1 took the same profile twice more by naming the profile, and

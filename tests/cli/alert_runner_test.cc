@@ -1,7 +1,7 @@
-// The alert loop shared by the agent and serve (src/cli/alert_runner.h): changes reach `report`;
-// when the service does not take them they are kept and sent first with the next round; the
-// families carry the machine's counters.
-#include "alert_runner.h"
+// The alert loop shared by the agent and serve (gpuslice/metrics/alert_runner.h): changes reach
+// `report`; when the service does not take them they are kept and sent first with the next round;
+// the families carry the machine's counters.
+#include "gpuslice/metrics/alert_runner.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 
-namespace gpuslice::cli {
+namespace gpuslice::metrics {
 namespace {
 
 metrics::MachineFigures Machine(std::int64_t used) {
@@ -74,4 +74,4 @@ TEST(AlertRunnerTest, FamiliesCountWhatFired) {
 }
 
 }  // namespace
-}  // namespace gpuslice::cli
+}  // namespace gpuslice::metrics

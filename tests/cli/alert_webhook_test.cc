@@ -1,7 +1,7 @@
-// serve's alert webhook (src/cli/alert_webhook.h): alerts are posted as JSON to a receiver on
-// loopback, in order, from their own thread; a receiver that keeps failing is tried three times
+// serve's alert webhook (gpuslice/server/alert_webhook.h): alerts are posted as JSON to a receiver
+// on loopback, in order, from their own thread; a receiver that keeps failing is tried three times
 // and counted as failed; URLs that are not http(s)://host[:port][/path] are refused.
-#include "alert_webhook.h"
+#include "gpuslice/server/alert_webhook.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -23,6 +23,7 @@ namespace {
 using ::testing::HasSubstr;
 
 using Receiver = testing::WebhookReceiver;
+using server::AlertWebhook;
 
 metrics::Alert Xid() {
   metrics::Alert a;

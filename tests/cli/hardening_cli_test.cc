@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -29,6 +30,7 @@ using gpuslice::cli::testing::CommandResult;
 using gpuslice::cli::testing::FirstLine;
 using gpuslice::cli::testing::FreshDir;
 using gpuslice::cli::testing::GpusliceProcess;
+using gpuslice::cli::testing::HttpGet;
 using gpuslice::cli::testing::PickPort;
 using gpuslice::cli::testing::ReadFile;
 using gpuslice::cli::testing::RunGpuslice;
@@ -125,6 +127,39 @@ TEST(HardeningCliTest, ARestartAfterKillKeepsTheMigUuids) {
   EXPECT_EQ(after["state"], "active");
   EXPECT_EQ(after["bound"][0]["uuid"], uuid) << after.dump();
   EXPECT_EQ(again.Terminate(), 0) << again.Output();
+}
+
+// The failed-authentication limits are serve's flags: two bad tokens lock the source out, and a
+// valid token from it is then answered 429 with the lockout as Retry-After.
+TEST(HardeningCliTest, TheAuthenticationLimitsAreServeFlags) {
+  const std::string dir = FreshDir("gpuslice_hardening_auth_flags");
+  const int port = PickPort(304);
+  ASSERT_GT(port, 0);
+  std::vector<std::string> args = ServeArgs("1xA100-80GB", dir, port);
+  for (const char* arg :
+       {"--auth-max-failures", "2", "--auth-window", "600", "--auth-lockout", "900"}) {
+    args.push_back(arg);
+  }
+  GpusliceProcess server;
+  server.Start(args, dir + "/serve.log");
+  ASSERT_TRUE(server.WaitHealthy(port)) << server.Output();
+  const std::string admin = FirstLine(ReadFile(dir + "/t"));
+  EXPECT_THAT(HttpGet(port, "/v1/leases", admin), ::testing::StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(HttpGet(port, "/v1/leases", "gs_" + std::string(64, '0')),
+              ::testing::StartsWith("HTTP/1.1 401"));
+  EXPECT_THAT(HttpGet(port, "/v1/leases", "gs_" + std::string(64, '1')),
+              ::testing::StartsWith("HTTP/1.1 401"));
+  const std::string locked = HttpGet(port, "/v1/leases", admin);
+  EXPECT_THAT(locked, ::testing::StartsWith("HTTP/1.1 429")) << locked;
+  const std::size_t at = locked.find("Retry-After: ");
+  ASSERT_NE(at, std::string::npos) << locked;
+  const int retry_after = std::atoi(locked.c_str() + at + 13);
+  EXPECT_GT(retry_after, 800) << locked;  // --auth-lockout 900, less what has passed
+  EXPECT_LE(retry_after, 900) << locked;
+  EXPECT_EQ(server.Terminate(), 0) << server.Output();
+  CommandResult bad = RunGpuslice("serve --auth-max-failures 0");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("--auth-max-failures"));
 }
 
 class ClientEdgesTest : public ServeFixture {

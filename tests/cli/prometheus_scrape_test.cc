@@ -1,8 +1,9 @@
 // Monitoring end to end.
 //
-// MetricsListenerTest: the agent's /metrics listener (src/cli/metrics_listener.h) on a loopback
-// port: the provider's text with Prometheus's content type, 500 with the message when the provider
-// fails, 404 elsewhere, a port in use refused, Stop idempotent and the port closed after it.
+// MetricsListenerTest: the agent's /metrics listener (gpuslice/server/metrics_listener.h) on a
+// loopback port: the provider's text with Prometheus's content type, 500 with the message when the
+// provider fails, 404 elsewhere, a port in use refused, Stop idempotent and the port closed after
+// it.
 //
 // PrometheusScrapeTest: a real Prometheus server (Debian's /usr/bin/prometheus; the test is
 // skipped only when it is absent) scrapes `gpuslice serve` (simulated 1xA30-24GB, SQLite in a
@@ -38,15 +39,12 @@
 
 #include "cli/run_gpuslice.h"
 #include "cli/serve_process.h"
-#include "metrics_listener.h"
+#include "gpuslice/server/metrics_listener.h"
 #include "nlohmann/json.hpp"
 #include "require.h"
 
 namespace {
 
-using gpuslice::cli::ListenAddress;
-using gpuslice::cli::MetricsListener;
-using gpuslice::cli::ParseListenAddress;
 using gpuslice::cli::testing::FreeLoopbackPort;
 using gpuslice::cli::testing::GpusliceProcess;
 using gpuslice::cli::testing::HttpGet;
@@ -55,6 +53,9 @@ using gpuslice::cli::testing::RunGpuslice;
 using gpuslice::cli::testing::ServeFixture;
 using gpuslice::cli::testing::Tail;
 using gpuslice::cli::testing::WaitUntil;
+using gpuslice::server::ListenAddress;
+using gpuslice::server::MetricsListener;
+using gpuslice::server::ParseListenAddress;
 using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -130,10 +131,10 @@ TEST(MetricsListenerTest, WithATokenOnlyScrapesThatSendItAreAnswered) {
   EXPECT_THAT(HttpGet(listener.port(), "/metrics"), StartsWith("HTTP/1.1 401"));
   EXPECT_THAT(HttpGet(listener.port(), "/metrics", "wrong"), StartsWith("HTTP/1.1 401"));
   EXPECT_THAT(HttpGet(listener.port(), "/metrics", "s3cret"), StartsWith("HTTP/1.1 200"));
-  EXPECT_FALSE(gpuslice::cli::NeedsToken({"127.0.0.1", 1}));
-  EXPECT_FALSE(gpuslice::cli::NeedsToken({"::1", 1}));
-  EXPECT_TRUE(gpuslice::cli::NeedsToken({"0.0.0.0", 1}));
-  EXPECT_TRUE(gpuslice::cli::NeedsToken({"10.0.0.5", 1}));
+  EXPECT_FALSE(gpuslice::server::NeedsToken({"127.0.0.1", 1}));
+  EXPECT_FALSE(gpuslice::server::NeedsToken({"::1", 1}));
+  EXPECT_TRUE(gpuslice::server::NeedsToken({"0.0.0.0", 1}));
+  EXPECT_TRUE(gpuslice::server::NeedsToken({"10.0.0.5", 1}));
 }
 
 TEST(MetricsListenerTest, APortInUseIsRefused) {

@@ -63,6 +63,32 @@ TEST(ExpositionTest, AFamilyWithoutSamplesIsOnlyDescribed) {
   EXPECT_EQ(*text, "# HELP gpuslice_alerts Open alerts.\n# TYPE gpuslice_alerts gauge\n");
 }
 
+TEST(ExpositionTest, OnlyLabelledKeepsOneMachinesSamples) {
+  Family gpus;
+  gpus.name = "DCGM_FI_DEV_FB_USED";
+  gpus.help = "Framebuffer memory used (in MiB).";
+  gpus.samples.push_back({{{"gpu", "0"}, {"Hostname", "r1"}}, 1});
+  gpus.samples.push_back({{{"gpu", "0"}, {"Hostname", "r2"}}, 2});
+  gpus.samples.push_back({{{"gpu", "1"}, {"Hostname", "r1"}}, 3});
+  Family fleet;
+  fleet.name = "gpuslice_leases";
+  fleet.help = "Active leases by class and tenant.";
+  fleet.samples.push_back({{{"class", "small"}, {"tenant", "team-a"}}, 4});
+  const std::vector<Family> kept = OnlyLabelled({gpus, fleet}, "Hostname", "r1");
+  ASSERT_EQ(kept.size(), 2u);
+  ASSERT_EQ(kept[0].samples.size(), 2u);
+  EXPECT_EQ(kept[0].samples[0].value, 1);
+  EXPECT_EQ(kept[0].samples[1].value, 3);
+  EXPECT_TRUE(kept[1].samples.empty());  // no machine named: not this machine's
+  absl::StatusOr<std::string> text = Write(kept);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("# TYPE gpuslice_leases gauge"));
+  EXPECT_THAT(*text, ::testing::Not(HasSubstr("r2")));
+  EXPECT_THAT(*text, ::testing::Not(HasSubstr("team-a")));
+  // A value that names no machine keeps nothing (a label's value is matched whole).
+  EXPECT_TRUE(OnlyLabelled({gpus}, "Hostname", "r")[0].samples.empty());
+}
+
 TEST(ExpositionTest, EscapesLabelValuesAndHelp) {
   Family family;
   family.name = "gpuslice_lease_info";

@@ -15,7 +15,7 @@
 //   POST   /v1/leases/{id}/renew           DELETE /v1/leases/{id} (release)
 //   GET    /v1/queue                       DELETE /v1/queue/{id} (cancel)
 //   GET    /v1/audit?tenant=&since=&limit=
-//   GET    /metrics                        (admin or agent) Prometheus text format, when enabled
+//   GET    /metrics                        (admin; an agent: its machine's series) Prometheus text
 //
 // Every endpoint but health needs `Authorization: Bearer <token>` (failures audited and limited
 // per source, see src/api/auth.h); a tenant sees and changes
@@ -34,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "gpuslice/alloc/service.h"
+#include "gpuslice/metrics/exposition.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
 
@@ -61,9 +62,11 @@ struct ServerOptions {
   int auth_window_s = 60;
   int auth_lockout_s = 60;
   std::function<std::int64_t()> auth_clock_s;
-  // GET /metrics (admin or agent token): the Prometheus exposition text this returns, made at
-  // each scrape; unset: no /metrics.
-  std::function<absl::StatusOr<std::string>()> metrics;
+  // GET /metrics (admin or agent token): the families this returns, made at each scrape and
+  // written in the Prometheus text format; unset: no /metrics. An admin reads them all; an
+  // agent only the samples of its own machine (label "Hostname"), so the fleet's tenants,
+  // leases and other machines stay out of a node's reach.
+  std::function<absl::StatusOr<std::vector<metrics::Family>>()> metrics;
 };
 
 namespace http {

@@ -50,6 +50,11 @@ absl::Status Validate(const std::vector<Family>& families);
 // The exposition text, families in the given order. Fails as Validate does.
 absl::StatusOr<std::string> Write(const std::vector<Family>& families);
 
+// The families with only the samples whose label `label` has the value `value` (a machine's
+// series: label "Hostname"); families left without samples keep their HELP and TYPE lines.
+std::vector<Family> OnlyLabelled(std::vector<Family> families, const std::string& label,
+                                 const std::string& value);
+
 // The content type of the format, for the HTTP response.
 inline constexpr const char* kContentType = "text/plain; version=0.0.4; charset=utf-8";
 

@@ -1,4 +1,4 @@
-#include "alert_webhook.h"
+#include "gpuslice/server/alert_webhook.h"
 
 #include <httplib.h>
 
@@ -6,7 +6,7 @@
 #include <iostream>
 #include <regex>
 
-namespace gpuslice::cli {
+namespace gpuslice::server {
 
 absl::StatusOr<std::unique_ptr<AlertWebhook>> AlertWebhook::Start(const std::string& url) {
   static const std::regex kUrl(
@@ -95,4 +95,4 @@ void AlertWebhook::Run() {
   }
 }
 
-}  // namespace gpuslice::cli
+}  // namespace gpuslice::server

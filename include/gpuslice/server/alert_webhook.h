@@ -1,5 +1,6 @@
-// alert_webhook.h (src/cli/): `gpuslice serve --alert-webhook URL` posts every alert that fires or
-// clears, as JSON, to a URL (a chat bridge, an incident tool, Alertmanager's webhook receivers):
+// gpuslice/server/alert_webhook.h: `gpuslice serve --alert-webhook URL` posts every alert that
+// fires or clears, as JSON, to a URL (a chat bridge, an incident tool, Alertmanager's webhook
+// receivers):
 //
 //   POST URL   {"status": "firing" | "resolved", "alert": {key, kind, severity, host, gpu, gi,
 //               device, lease, tenant, class, message, since, cleared}}
@@ -20,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "gpuslice/metrics/alerts.h"
 
-namespace gpuslice::cli {
+namespace gpuslice::server {
 
 class AlertWebhook {
  public:
@@ -50,4 +51,4 @@ class AlertWebhook {
   std::thread thread_;
 };
 
-}  // namespace gpuslice::cli
+}  // namespace gpuslice::server

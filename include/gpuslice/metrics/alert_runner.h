@@ -1,5 +1,5 @@
-// alert_runner.h (src/cli/): one machine's alert loop, shared by `gpuslice agent` (reports to the
-// service over HTTP) and `gpuslice serve` (its own machine, in-process).
+// gpuslice/metrics/alert_runner.h: one machine's alert loop, shared by `gpuslice agent` (reports
+// to the service over HTTP) and `gpuslice serve` (its own machine, in-process).
 //
 // Each Round takes one collection of the machine (metrics::Collect, plus the driver's Xid events
 // from metrics::CollectXids), finds what fired and what cleared (metrics::AlertTracker) and hands
@@ -20,7 +20,7 @@
 #include "gpuslice/metrics/alerts.h"
 #include "gpuslice/metrics/collector.h"
 
-namespace gpuslice::cli {
+namespace gpuslice::metrics {
 
 class AlertRunner {
  public:
@@ -50,4 +50,4 @@ class AlertRunner {
   metrics::AlertChanges unreported_;
 };
 
-}  // namespace gpuslice::cli
+}  // namespace gpuslice::metrics

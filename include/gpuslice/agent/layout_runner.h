@@ -11,7 +11,7 @@
 #include "gpuslice/device/backend.h"
 #include "gpuslice/hw/catalog.h"
 
-namespace gpuslice::cli {
+namespace gpuslice::agent {
 
 struct LayoutRun {
   std::string message;         // why it could not be carried out; empty when the GPUs match it now
@@ -29,4 +29,4 @@ LayoutRun CarryOutLayout(device::Backend& backend, const hw::Catalog& catalog,
 // Whether the service should hear of `run` (its last report on `layout` said something else).
 bool LayoutReportDue(const alloc::NodeLayout& layout, const LayoutRun& run);
 
-}  // namespace gpuslice::cli
+}  // namespace gpuslice::agent

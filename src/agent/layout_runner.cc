@@ -1,11 +1,11 @@
-#include "layout_runner.h"
+#include "gpuslice/agent/layout_runner.h"
 
 #include <algorithm>
 #include <vector>
 
 #include "gpuslice/agent/apply.h"
 
-namespace gpuslice::cli {
+namespace gpuslice::agent {
 
 LayoutRun CarryOutLayout(device::Backend& backend, const hw::Catalog& catalog,
                          const alloc::NodeLayout& layout) {
@@ -37,4 +37,4 @@ bool LayoutReportDue(const alloc::NodeLayout& layout, const LayoutRun& run) {
   return layout.reported_generation != layout.generation || layout.agent_message != run.message;
 }
 
-}  // namespace gpuslice::cli
+}  // namespace gpuslice::agent

@@ -30,7 +30,7 @@ namespace httplib {
 class Server;
 }
 
-namespace gpuslice::cli {
+namespace gpuslice::server {
 
 struct ListenAddress {
   std::string host;
@@ -74,4 +74,4 @@ class MetricsListener {
   int port_ = 0;
 };
 
-}  // namespace gpuslice::cli
+}  // namespace gpuslice::server

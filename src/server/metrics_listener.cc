@@ -1,4 +1,4 @@
-#include "metrics_listener.h"
+#include "gpuslice/server/metrics_listener.h"
 
 #include <httplib.h>
 #include <sys/socket.h>
@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gpuslice/metrics/exposition.h"
 
-namespace gpuslice::cli {
+namespace gpuslice::server {
 
 absl::StatusOr<std::optional<ListenAddress>> ParseMetricsListenOption(const std::string& text) {
   if (text.empty()) return std::optional<ListenAddress>();
@@ -127,13 +127,13 @@ void MetricsListener::Stop() {
   port_ = 0;
 }
 
-}  // namespace gpuslice::cli
+}  // namespace gpuslice::server
 
-namespace gpuslice::cli {
+namespace gpuslice::server {
 
 bool NeedsToken(const ListenAddress& address) {
   const std::string& host = address.host;
   return !(host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0);
 }
 
-}  // namespace gpuslice::cli
+}  // namespace gpuslice::server

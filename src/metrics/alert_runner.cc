@@ -1,6 +1,6 @@
-#include "alert_runner.h"
+#include "gpuslice/metrics/alert_runner.h"
 
-namespace gpuslice::cli {
+namespace gpuslice::metrics {
 
 metrics::AlertChanges AlertRunner::Round(const metrics::MachineFigures& machine,
                                          const std::vector<metrics::Holder>& holders,
@@ -44,4 +44,4 @@ std::size_t AlertRunner::unreported() const {
   return unreported_.fired.size() + unreported_.cleared.size();
 }
 
-}  // namespace gpuslice::cli
+}  // namespace gpuslice::metrics
