@@ -29,6 +29,19 @@ constexpr double kEps = 1e-6;
 // An instance kind on a model: (model, profile or kWholeGpu).
 using Slot = std::pair<const hw::GpuModel*, int>;
 
+// The program's integer choices, by what they count. Classes (DemandClass) and GPU types
+// (GpuType) are indexed as in Planner::classes_ and Planner::types_.
+//
+// A pattern: one integer cover of a throughput class, the instances of each of its options
+// (indexed as DemandClass::options). The restricted master picks one pattern per class.
+using Pattern = std::vector<int>;
+// Per class, the patterns at hand (empty for replica classes, which are not chosen by pattern).
+using PatternsByClass = std::vector<std::vector<Pattern>>;
+// Per class, per option: the instances of that option to create.
+using InstanceCounts = std::vector<std::vector<int>>;
+// Per GPU type, per config (indexed as GpuType::configs): the GPUs laid out in that config.
+using ConfigCounts = std::vector<std::vector<int>>;
+
 // A distinct multiset of instances one GPU can hold, with one layout that realises it.
 struct Config {
   std::map<int, int> counts;             // profile (or kWholeGpu) -> instances
@@ -164,6 +177,9 @@ std::string OptionKey(const std::vector<SizedOption>& options) {
   return key;
 }
 
+// The configuration integer program of one planning run (docs/PLANNING.md), built from the inputs
+// and solved in stages by Run(): model building, rounding and column generation, the exact
+// branch and price, then placement on the fleet's GPUs.
 class Planner {
  public:
   Planner(const WorkloadSet& workloads, const Fleet& fleet, const hw::Catalog& catalog,
@@ -185,32 +201,16 @@ class Planner {
   void PenaliseEachWorkload() { per_workload_penalty_ = true; }
   bool penalises_each_workload() const { return per_workload_penalty_; }
   bool short_of_room() const { return short_of_room_; }
+  // Re-planning: per fleet GPU, the running instances that stay (see internal::PlanKeeping).
+  void SetPinned(const std::vector<std::vector<PlannedInstance>>* pinned) { pinned_ = pinned; }
 
  private:
-  absl::Status BuildFleet();
-  void BuildClasses();
-  void BuildProgram();
-  // Integer instance counts per class option from (possibly fractional) LP values.
-  std::vector<std::vector<int>> RoundInstances(const std::vector<double>& values) const;
-  void ReduceSurplus(std::vector<std::vector<int>>& counts) const;
-  // GPUs per (type, config) that hold `counts`, starting from floor(x) of `values`.
-  std::vector<std::vector<int>> PackGpus(const std::vector<std::vector<int>>& counts,
-                                         const std::vector<double>* values,
-                                         std::map<Slot, int>* shortfall = nullptr) const;
-  // Lagrangian pricing with the LP's prices of instance kinds: every throughput class takes its
-  // cheapest integer cover at those prices (an exact small search), replica classes their
-  // cheapest option. Returns the counts, and sets `bound` to the Lagrangian lower bound, valid
-  // for any prices >= 0.
-  std::vector<std::vector<int>> PriceCovers(const Solution& lp, double* bound) const;
-  // Restricted master: each throughput class picks one of a few integer covers (its patterns),
-  // replica classes and GPUs stay as in the full program; solved by CBC within the time limit,
-  // looking only for plans cheaper than `cutoff`. False when it found none.
   // Columns the search has fixed at zero (reduced-cost fixing), by what they stand for, so that
   // any master built over the same classes and types can leave them out.
   struct Fixings {
-    std::vector<std::vector<char>> configs;            // per type, per config
-    std::vector<std::vector<char>> options;            // per replica class, per option
-    std::vector<std::set<std::vector<int>>> patterns;  // per throughput class
+    std::vector<std::vector<char>> configs;   // per type, per config
+    std::vector<std::vector<char>> options;   // per replica class, per option
+    std::vector<std::set<Pattern>> patterns;  // per throughput class
   };
   // Limits on a restricted master: the GPUs of each price group (Master::price_groups) within
   // `group_lower`/`group_upper` (when not empty), fixed columns left out, CBC's preprocessing.
@@ -222,14 +222,6 @@ class Planner {
     double relative_gap = 0.001;         // CBC stops within this fraction of its bound
     Solution::Status* status = nullptr;  // when set: CBC's outcome (kInfeasible: none < cutoff)
   };
-  bool SolvePatterns(const std::vector<std::vector<std::vector<int>>>& patterns,
-                     double time_limit_s, double cutoff, std::vector<std::vector<int>>* counts,
-                     std::vector<std::vector<int>>* gpus, const MasterLimits& limits) const;
-  bool SolvePatterns(const std::vector<std::vector<std::vector<int>>>& patterns,
-                     double time_limit_s, double cutoff, std::vector<std::vector<int>>* counts,
-                     std::vector<std::vector<int>>* gpus) const {
-    return SolvePatterns(patterns, time_limit_s, cutoff, counts, gpus, MasterLimits{});
-  }
   // The restricted master program over `patterns`: GPUs per (type, config), replica instances
   // per option, and one pattern (integer cover) per throughput class.
   struct Master {
@@ -253,83 +245,130 @@ class Planner {
     };
     std::vector<PriceGroup> price_groups;
   };
-  Master BuildMaster(const std::vector<std::vector<std::vector<int>>>& patterns) const;
-  // The whole program (every cover) with the GPUs of each price group within `lower`/`upper`,
-  // solved by CBC looking only for plans cheaper than `cutoff`: kInfeasible proves there is
-  // none. Fills `counts`/`gpus` when it finds a plan.
-  Solution SolveWholeAtCounts(const std::vector<Master::PriceGroup>& groups,
-                              const std::vector<int>& lower, const std::vector<int>& upper,
-                              double cutoff, double time_limit_s,
-                              std::vector<std::vector<int>>* counts,
-                              std::vector<std::vector<int>>* gpus) const;
-  // Column generation on the master's relaxation (Dantzig-Wolfe): adds to `patterns` every
-  // integer cover with a negative reduced cost until none is left or time runs out. Returns the
-  // best Lagrangian lower bound seen (the relaxation's value once no cover prices out), or
-  // -infinity when none could be proven.
-  double GeneratePatterns(std::vector<std::vector<std::vector<int>>>& patterns,
-                          double time_limit_s) const;
-  // The column-generation loop on a loaded master: re-solves and adds covers that price out
-  // until none does. Returns the node's Lagrangian bound (+infinity when the node is infeasible,
-  // -infinity when none was proven) and leaves the last relaxation in `last` (has_solution
-  // false when time ran out with columns pending).
-  // Every cover of each throughput class that a plan of a region can use and still cost less
-  // than `cutoff`, given a relaxation of that region (its duals and value; column generation
-  // need not have finished): a plan costs at least the value plus the reduced costs of its
-  // covers, so covers whose reduced cost exceeds the room are left out (covers no instance of
-  // which can be dropped, as CoverSearch visits them). False when a search hit its node limit or
-  // the covers exceed `most` in all.
-  // Class k's options at a relaxation's duals: the price of an instance of each (its supply
-  // row's dual, negated; >= 0) and its capacity, as the cover searches take them.
-  void OptionPrices(const Master& master, const std::vector<double>& duals, size_t k,
-                    std::vector<double>* price, std::vector<double>* capacity) const;
-  bool CoversBelow(const Master& master, const std::vector<double>& duals, double value,
-                   double cutoff, size_t most, const Fixings& fixed,
-                   std::vector<std::vector<std::vector<int>>>* covers) const;
-  // Covers in `fixed` (fixed at zero: no plan cheaper than the best one uses them) are not
-  // priced: the bound returned is then one on the plans without them, which is what pruning
-  // against the best plan needs.
-  double PriceOut(Master& master, internal::IncrementalLp& lp,
-                  std::vector<std::vector<std::vector<int>>>& patterns, double time_limit_s,
-                  Solution* last, const Fixings* fixed = nullptr) const;
-  // Branch and price on the number of GPUs of each type (the objective depends on nothing
-  // else): best first, each node's relaxation priced out; a node whose GPU counts come out whole
-  // is closed by the restricted master with those counts fixed. Improves `counts`/`gpus` when
-  // it finds a cheaper plan than `incumbent`; returns the proven lower bound.
+  // What BranchOnGpuCounts did.
   struct SearchStats {
     int nodes = 0;
     int leaves = 0;         // nodes whose GPU counts came out whole
     bool complete = false;  // every node closed: the best plan is optimal
     double seconds = 0;
   };
-  double BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& patterns, double incumbent,
-                           double granularity, double time_limit_s,
-                           std::vector<std::vector<int>>* counts,
-                           std::vector<std::vector<int>>* gpus, SearchStats* stats) const;
-  // The cheapest GPUs (configs per type) that hold exactly `counts`, solved as an integer program
-  // with the instance counts fixed; nullopt when they do not fit or the solver runs out of time.
-  std::optional<std::vector<std::vector<int>>> PackOptimal(
-      const std::vector<std::vector<int>>& counts, double time_limit_s) const;
+
+  // --- Model building: the fleet's GPU types, the demand classes, the integer program.
+
+  // The fleet's GPUs in result_.gpus and grouped into types_ (nodes interleaved); an error for a
+  // node named twice, an unknown model or an empty fleet.
+  absl::Status BuildFleet();
+  // Sizes every workload (result_.sizing), leaves out those with no option (result_.unplaced)
+  // and groups the rest into classes_.
+  void BuildClasses();
+  // Re-planning: the configs that add instances of `profiles` around a pinned type's kept
+  // layout (none when the kept instance is the whole GPU).
+  std::vector<Config> PinnedConfigs(const GpuType& type, const std::set<int>& profiles) const;
+  // program_ from types_ and classes_ (again from scratch when the penalties change).
+  void BuildProgram();
+
+  // --- Rounding the relaxation and packing greedily.
+
+  // Integer instance counts per class option from (possibly fractional) LP values.
+  InstanceCounts RoundInstances(const std::vector<double>& values) const;
+  // Drops instances a class does not need: a throughput class's biggest ones while its demand
+  // and min_instances stay covered, a replica class's beyond its demand.
+  void ReduceSurplus(InstanceCounts& counts) const;
+  // GPUs per (type, config) that hold `counts`, starting from floor(x) of `values`; what they
+  // cannot hold, per instance kind, goes to `shortfall`.
+  ConfigCounts PackGpus(const InstanceCounts& counts, const std::vector<double>* values,
+                        std::map<Slot, int>* shortfall = nullptr) const;
+  // Lagrangian pricing with the LP's prices of instance kinds: every throughput class takes its
+  // cheapest integer cover at those prices (an exact small search), replica classes their
+  // cheapest option. Returns the counts, and sets `bound` to the Lagrangian lower bound, valid
+  // for any prices >= 0.
+  InstanceCounts PriceCovers(const Solution& lp, double* bound) const;
   // Moves instances off (model, profile) kinds the fleet has no room left for, to options on
   // other models; false when nothing could be moved.
-  bool ShiftShortfall(std::vector<std::vector<int>>& counts,
-                      const std::map<Slot, int>& shortfall) const;
-  double CostOf(const std::vector<std::vector<int>>& gpus) const;
+  bool ShiftShortfall(InstanceCounts& counts, const std::map<Slot, int>& shortfall) const;
+  // The cheapest GPUs (configs per type) that hold exactly `counts`, solved as an integer program
+  // with the instance counts fixed; nullopt when they do not fit or the solver runs out of time.
+  std::optional<ConfigCounts> PackOptimal(const InstanceCounts& counts, double time_limit_s) const;
+
+  // --- A plan's value in the program.
+
+  // What the GPUs of `gpus` cost.
+  double CostOf(const ConfigCounts& gpus) const;
   // The program's objective (GPU cost plus penalties for what is left unplaced); infinity when
   // the GPUs' configs do not hold the instances.
-  double Objective(const std::vector<std::vector<int>>& counts,
-                   const std::vector<std::vector<int>>& gpus) const;
-  std::vector<double> StartVector(const std::vector<std::vector<int>>& counts,
-                                  const std::vector<std::vector<int>>& gpus) const;
-  void Materialise(const std::vector<std::vector<int>>& counts,
-                   const std::vector<std::vector<int>>& gpus);
-  // Empties lightly used MIG GPUs by moving their instances into free room on others.
-  void Consolidate();
+  double Objective(const InstanceCounts& counts, const ConfigCounts& gpus) const;
+  // The program's columns for `counts` and `gpus`, with the slacks of what they leave out.
+  std::vector<double> StartVector(const InstanceCounts& counts, const ConfigCounts& gpus) const;
+
+  // --- The restricted master and column generation.
+
+  Master BuildMaster(const PatternsByClass& patterns) const;
+  // Restricted master: each throughput class picks one of a few integer covers (its patterns),
+  // replica classes and GPUs stay as in the full program; solved by CBC within the time limit,
+  // looking only for plans cheaper than `cutoff`. False when it found none.
+  bool SolvePatterns(const PatternsByClass& patterns, double time_limit_s, double cutoff,
+                     InstanceCounts* counts, ConfigCounts* gpus, const MasterLimits& limits) const;
+  bool SolvePatterns(const PatternsByClass& patterns, double time_limit_s, double cutoff,
+                     InstanceCounts* counts, ConfigCounts* gpus) const {
+    return SolvePatterns(patterns, time_limit_s, cutoff, counts, gpus, MasterLimits{});
+  }
+  // Class k's options at a relaxation's duals: the price of an instance of each (its supply
+  // row's dual, negated; >= 0) and its capacity, as the cover searches take them.
+  void OptionPrices(const Master& master, const std::vector<double>& duals, size_t k,
+                    std::vector<double>* price, std::vector<double>* capacity) const;
+  // The column-generation loop on a loaded master: re-solves and adds covers that price out
+  // until none does. Returns the node's Lagrangian bound (+infinity when the node is infeasible,
+  // -infinity when none was proven) and leaves the last relaxation in `last` (has_solution
+  // false when time ran out with columns pending).
+  // Covers in `fixed` (fixed at zero: no plan cheaper than the best one uses them) are not
+  // priced: the bound returned is then one on the plans without them, which is what pruning
+  // against the best plan needs.
+  double PriceOut(Master& master, internal::IncrementalLp& lp, PatternsByClass& patterns,
+                  double time_limit_s, Solution* last, const Fixings* fixed = nullptr) const;
+  // Column generation on the master's relaxation (Dantzig-Wolfe): adds to `patterns` every
+  // integer cover with a negative reduced cost until none is left or time runs out. Returns the
+  // best Lagrangian lower bound seen (the relaxation's value once no cover prices out), or
+  // -infinity when none could be proven.
+  double GeneratePatterns(PatternsByClass& patterns, double time_limit_s) const;
+
+  // --- The exact search: branch and price on GPU counts.
+
+  // Every cover of each throughput class that a plan of a region can use and still cost less
+  // than `cutoff`, given a relaxation of that region (its duals and value; column generation
+  // need not have finished): a plan costs at least the value plus the reduced costs of its
+  // covers, so covers whose reduced cost exceeds the room are left out (covers no instance of
+  // which can be dropped, as CoverSearch visits them). False when a search hit its node limit or
+  // the covers exceed `most` in all.
+  bool CoversBelow(const Master& master, const std::vector<double>& duals, double value,
+                   double cutoff, size_t most, const Fixings& fixed, PatternsByClass* covers) const;
+  // The whole program (every cover) with the GPUs of each price group within `lower`/`upper`,
+  // solved by CBC looking only for plans cheaper than `cutoff`: kInfeasible proves there is
+  // none. Fills `counts`/`gpus` when it finds a plan.
+  Solution SolveWholeAtCounts(const std::vector<Master::PriceGroup>& groups,
+                              const std::vector<int>& lower, const std::vector<int>& upper,
+                              double cutoff, double time_limit_s, InstanceCounts* counts,
+                              ConfigCounts* gpus) const;
+  // Branch and price on the number of GPUs of each price (the objective depends on nothing
+  // else): best first, each node's relaxation priced out; a node whose GPU counts come out whole
+  // is closed by the restricted master with those counts fixed. Improves `counts`/`gpus` when
+  // it finds a cheaper plan than `incumbent`; returns the proven lower bound.
+  double BranchOnGpuCounts(PatternsByClass& patterns, double incumbent, double granularity,
+                           double time_limit_s, InstanceCounts* counts, ConfigCounts* gpus,
+                           SearchStats* stats) const;
+
+  // --- Placement: the chosen configs on the fleet's GPUs.
+
+  // Places the configs on physical GPUs and assigns instances to workloads, then completes,
+  // trims and consolidates them (result_.gpus, result_.unplaced, the cost).
+  void Materialise(const InstanceCounts& counts, const ConfigCounts& gpus);
   // Last resort for workloads the rounding left short: spare slots, free room on used GPUs,
   // then unused GPUs, cheapest first.
   void CompleteShort(std::vector<double>& covered, std::vector<int>& instances);
   // Frees instances a workload does not need (after completion added bigger ones): the biggest
   // first, keeping its demand and min_instances covered. Kept instances stay.
   void TrimSurplus(std::vector<double>& covered, std::vector<int>& instances);
+  // Empties lightly used MIG GPUs by moving their instances into free room on others.
+  void Consolidate();
 
   const WorkloadSet& workloads_;
   const Fleet& fleet_;
@@ -347,17 +386,12 @@ class Planner {
   const std::vector<std::vector<PlannedInstance>>* pinned_ = nullptr;
   std::vector<double> remaining_;    // per workload: demand not covered by kept instances
   std::map<Slot, int> supply_rows_;  // row of each (model, profile) supply constraint
-
- public:
-  void SetPinned(const std::vector<std::vector<PlannedInstance>>* pinned) { pinned_ = pinned; }
-
- private:
-  std::vector<Config> PinnedConfigs(const GpuType& type, const std::set<int>& profiles) const;
 };
 
 absl::Status Planner::BuildFleet() {
   std::map<std::tuple<std::string, bool, double, std::string>, int> type_of;
-  std::vector<std::vector<std::vector<int>>> per_type_node;  // type -> node -> gpus
+  using GpusByNode = std::vector<std::vector<int>>;  // per node: indices into result_.gpus
+  std::vector<GpusByNode> per_type_node;             // per type
   std::set<std::string> node_names;
   for (size_t n = 0; n < fleet_.nodes.size(); ++n) {
     const Node& node = fleet_.nodes[n];
@@ -669,8 +703,8 @@ void Planner::BuildProgram() {
 // Instance counts over `candidates` (option indices) that cover `demand` with the smallest share of
 // GPUs (ShareOf): most instances of the option with the best capacity per share, the rest by one
 // other option (up to a few instances of it). Empty when no candidate exists.
-std::vector<int> CheapestCover(const DemandClass& demand, const std::vector<size_t>& candidates) {
-  std::vector<int> best_counts;
+Pattern CheapestCover(const DemandClass& demand, const std::vector<size_t>& candidates) {
+  Pattern best_counts;
   if (candidates.empty()) return best_counts;
   auto share = [&](size_t o) {
     return ShareOf(*demand.options[o].model, demand.options[o].profile);
@@ -702,8 +736,8 @@ std::vector<int> CheapestCover(const DemandClass& demand, const std::vector<size
   return best_counts;
 }
 
-std::vector<std::vector<int>> Planner::RoundInstances(const std::vector<double>& values) const {
-  std::vector<std::vector<int>> counts(classes_.size());
+InstanceCounts Planner::RoundInstances(const std::vector<double>& values) const {
+  InstanceCounts counts(classes_.size());
   for (size_t k = 0; k < classes_.size(); ++k) {
     const DemandClass& demand = classes_[k];
     const size_t n = demand.options.size();
@@ -727,7 +761,7 @@ std::vector<std::vector<int>> Planner::RoundInstances(const std::vector<double>&
       for (size_t o = 0; o < n; ++o) {
         if (demand.options[o].model == model) candidates.push_back(o);
       }
-      std::vector<int> cover = CheapestCover(demand, candidates);
+      Pattern cover = CheapestCover(demand, candidates);
       if (!cover.empty()) {
         counts[k] = std::move(cover);
         continue;
@@ -784,7 +818,7 @@ std::vector<std::vector<int>> Planner::RoundInstances(const std::vector<double>&
   return counts;
 }
 
-void Planner::ReduceSurplus(std::vector<std::vector<int>>& counts) const {
+void Planner::ReduceSurplus(InstanceCounts& counts) const {
   for (size_t k = 0; k < classes_.size(); ++k) {
     const DemandClass& demand = classes_[k];
     if (!demand.by_throughput) continue;  // replica counts are exact already
@@ -830,10 +864,9 @@ void Planner::ReduceSurplus(std::vector<std::vector<int>>& counts) const {
   }
 }
 
-std::vector<std::vector<int>> Planner::PackGpus(const std::vector<std::vector<int>>& counts,
-                                                const std::vector<double>* values,
-                                                std::map<Slot, int>* shortfall) const {
-  std::vector<std::vector<int>> gpus(types_.size());
+ConfigCounts Planner::PackGpus(const InstanceCounts& counts, const std::vector<double>* values,
+                               std::map<Slot, int>* shortfall) const {
+  ConfigCounts gpus(types_.size());
   std::map<Slot, int> need;
   for (size_t k = 0; k < classes_.size(); ++k) {
     for (size_t o = 0; o < classes_[k].options.size(); ++o) {
@@ -916,16 +949,16 @@ struct CoverSearch {
   double demand;
   int min_instances;
   std::vector<size_t> order;  // options by price per capacity
-  std::vector<int> counts, best;
+  Pattern counts, best;
   double best_price = std::numeric_limits<double>::infinity();
   long nodes = 0;
   static constexpr long kNodeLimit = 200000;
   // When set, every cover cheaper than the limit is collected here (and best stays empty); the
   // search stops (nodes past the limit) once there are more than `collect_most`.
-  std::vector<std::vector<int>>* all = nullptr;
+  std::vector<Pattern>* all = nullptr;
   size_t collect_most = 0;
   // When set, these covers are passed over (the search returns the best of the others).
-  const std::set<std::vector<int>>* excluded = nullptr;
+  const std::set<Pattern>* excluded = nullptr;
 
   // Only covers cheaper than `limit` are sought (best stays empty when there is none).
   void Run(double limit = std::numeric_limits<double>::infinity()) {
@@ -975,7 +1008,7 @@ struct CoverSearch {
 
 }  // namespace
 
-std::vector<std::vector<int>> Planner::PriceCovers(const Solution& lp, double* bound) const {
+InstanceCounts Planner::PriceCovers(const Solution& lp, double* bound) const {
   // Prices of instance kinds: the supply rows' duals (<= rows of a minimisation: dual <= 0).
   std::map<Slot, double> price;
   for (const auto& [slot, row] : supply_rows_) {
@@ -987,7 +1020,7 @@ std::vector<std::vector<int>> Planner::PriceCovers(const Solution& lp, double* b
     if (!inserted) it->second = std::min(it->second, type.cost);
   }
   double lagrangian = 0;
-  std::vector<std::vector<int>> counts(classes_.size());
+  InstanceCounts counts(classes_.size());
   for (size_t k = 0; k < classes_.size(); ++k) {
     const DemandClass& demand = classes_[k];
     std::vector<double> exact_price, tie_price, capacity;
@@ -1016,7 +1049,7 @@ std::vector<std::vector<int>> Planner::PriceCovers(const Solution& lp, double* b
       const double cheapest_price = *std::min_element(exact_price.begin(), exact_price.end());
       for (double share : demand.shares) lagrangian += std::min(penalty_, cheapest_price * share);
     }
-    counts[k] = search.best.empty() ? std::vector<int>(demand.options.size(), 0) : search.best;
+    counts[k] = search.best.empty() ? Pattern(demand.options.size(), 0) : search.best;
   }
   // GPUs: any config whose instances are worth more than the GPU is bought as often as allowed.
   for (const GpuType& type : types_) {
@@ -1035,8 +1068,7 @@ std::vector<std::vector<int>> Planner::PriceCovers(const Solution& lp, double* b
   return counts;
 }
 
-Planner::Master Planner::BuildMaster(
-    const std::vector<std::vector<std::vector<int>>>& patterns) const {
+Planner::Master Planner::BuildMaster(const PatternsByClass& patterns) const {
   Master master;
   LinearProgram& program = master.program;
   master.x_columns.resize(types_.size());
@@ -1105,7 +1137,7 @@ Planner::Master Planner::BuildMaster(
     // column at an upper bound could have a negative reduced cost, which would break the
     // Lagrangian bound of column generation.
     std::vector<std::pair<int, double>> choose;
-    for (const std::vector<int>& pattern : patterns[k]) {
+    for (const Pattern& pattern : patterns[k]) {
       const int column = program.AddColumn(0, 0, internal::kInfinity, true);
       master.columns[k].push_back(column);
       choose.emplace_back(column, 1.0);
@@ -1147,7 +1179,7 @@ void Planner::OptionPrices(const Master& master, const std::vector<double>& dual
 
 bool Planner::CoversBelow(const Master& master, const std::vector<double>& duals, double value,
                           double cutoff, size_t most, const Fixings& fixed,
-                          std::vector<std::vector<std::vector<int>>>* covers) const {
+                          PatternsByClass* covers) const {
   covers->assign(classes_.size(), {});
   // A plan of the region costs at least value + the sum over classes of its covers' reduced
   // costs (the other columns' terms are >= 0 at an optimal basis). Covers missing from the
@@ -1187,9 +1219,8 @@ bool Planner::CoversBelow(const Master& master, const std::vector<double>& duals
   return true;
 }
 
-double Planner::PriceOut(Master& master, internal::IncrementalLp& lp,
-                         std::vector<std::vector<std::vector<int>>>& patterns, double time_limit_s,
-                         Solution* last, const Fixings* fixed) const {
+double Planner::PriceOut(Master& master, internal::IncrementalLp& lp, PatternsByClass& patterns,
+                         double time_limit_s, Solution* last, const Fixings* fixed) const {
   const auto started = std::chrono::steady_clock::now();
   double bound = -internal::kInfinity;
   *last = Solution{};
@@ -1246,18 +1277,16 @@ double Planner::PriceOut(Master& master, internal::IncrementalLp& lp,
   return bound;
 }
 
-double Planner::GeneratePatterns(std::vector<std::vector<std::vector<int>>>& patterns,
-                                 double time_limit_s) const {
+double Planner::GeneratePatterns(PatternsByClass& patterns, double time_limit_s) const {
   Master master = BuildMaster(patterns);
   internal::IncrementalLp lp(master.program);
   Solution last;
   return PriceOut(master, lp, patterns, time_limit_s, &last);
 }
 
-double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& patterns,
-                                  double incumbent, double granularity, double time_limit_s,
-                                  std::vector<std::vector<int>>* counts,
-                                  std::vector<std::vector<int>>* gpus, SearchStats* stats) const {
+double Planner::BranchOnGpuCounts(PatternsByClass& patterns, double incumbent, double granularity,
+                                  double time_limit_s, InstanceCounts* counts, ConfigCounts* gpus,
+                                  SearchStats* stats) const {
   const auto started = std::chrono::steady_clock::now();
   Master master = BuildMaster(patterns);
   internal::IncrementalLp lp(master.program);
@@ -1355,7 +1384,7 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
     bool leaf = false;              // whole GPU counts: solve for an integer plan
     // Leaves: per throughput class, the patterns its relaxation used, and the box of GPU counts
     // of the node whose relaxation gave these counts.
-    std::vector<std::vector<std::vector<int>>> used_patterns = {};
+    PatternsByClass used_patterns = {};
     std::vector<int> region_lower = {}, region_upper = {};
     std::vector<double> duals = {};  // of that relaxation, and its value
     double value = 0;
@@ -1393,9 +1422,9 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
     if (node.leaf) {
       // Whole GPU counts per price fix the cost; an integer plan with these counts closes the
       // node.
-      std::vector<std::vector<int>> node_counts, node_gpus;
+      InstanceCounts node_counts, node_gpus;
       ++stats->leaves;
-      auto take = [&](std::vector<std::vector<int>>& c, std::vector<std::vector<int>>& g) {
+      auto take = [&](InstanceCounts& c, ConfigCounts& g) {
         const double objective = Objective(c, g);
         if (objective < incumbent - step()) {
           incumbent = objective;
@@ -1441,7 +1470,7 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
                                       ? std::min(incumbent - step(), point_cost + step())
                                       : incumbent - step();
       bool settled = false;
-      std::vector<std::vector<std::vector<int>>> covers;
+      PatternsByClass covers;
       constexpr size_t kMostCovers = 20000;
       if (std::isfinite(incumbent) && !node.duals.empty() &&
           CoversBelow(master, node.duals, node.value, exact_cutoff, kMostCovers, fixed, &covers)) {
@@ -1524,13 +1553,8 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
     }
     if (branch < 0) {
       // (GPUs that cost nothing, kept ones when re-planning, stay free within the node.)
-      Node leaf{bound,
-                node.lower,
-                node.upper,
-                true,
-                std::vector<std::vector<std::vector<int>>>(classes_.size()),
-                node.lower,
-                node.upper};
+      Node leaf{bound,      node.lower, node.upper, true, PatternsByClass(classes_.size()),
+                node.lower, node.upper};
       for (size_t g = 0; g < groups.size(); ++g) {
         if (groups[g].cost > 0) {
           leaf.lower[g] = leaf.upper[g] = static_cast<int>(std::llround(used[g]));
@@ -1578,9 +1602,8 @@ double Planner::BranchOnGpuCounts(std::vector<std::vector<std::vector<int>>>& pa
 
 Solution Planner::SolveWholeAtCounts(const std::vector<Master::PriceGroup>& groups,
                                      const std::vector<int>& lower, const std::vector<int>& upper,
-                                     double cutoff, double time_limit_s,
-                                     std::vector<std::vector<int>>* counts,
-                                     std::vector<std::vector<int>>* gpus) const {
+                                     double cutoff, double time_limit_s, InstanceCounts* counts,
+                                     ConfigCounts* gpus) const {
   LinearProgram program = program_;
   for (size_t g = 0; g < groups.size(); ++g) {
     std::vector<std::pair<int, double>> terms;
@@ -1605,10 +1628,9 @@ Solution Planner::SolveWholeAtCounts(const std::vector<Master::PriceGroup>& grou
   return solution;
 }
 
-bool Planner::SolvePatterns(const std::vector<std::vector<std::vector<int>>>& patterns,
-                            double time_limit_s, double cutoff,
-                            std::vector<std::vector<int>>* counts,
-                            std::vector<std::vector<int>>* gpus, const MasterLimits& limits) const {
+bool Planner::SolvePatterns(const PatternsByClass& patterns, double time_limit_s, double cutoff,
+                            InstanceCounts* counts, ConfigCounts* gpus,
+                            const MasterLimits& limits) const {
   Master master = BuildMaster(patterns);
   for (size_t g = 0; g < master.price_groups.size(); ++g) {
     const size_t row = static_cast<size_t>(master.price_groups[g].row);
@@ -1660,10 +1682,10 @@ bool Planner::SolvePatterns(const std::vector<std::vector<std::vector<int>>>& pa
   return true;
 }
 
-std::optional<std::vector<std::vector<int>>> Planner::PackOptimal(
-    const std::vector<std::vector<int>>& counts, double time_limit_s) const {
+std::optional<ConfigCounts> Planner::PackOptimal(const InstanceCounts& counts,
+                                                 double time_limit_s) const {
   LinearProgram fixed = program_;
-  std::vector<std::vector<int>> none(types_.size());
+  ConfigCounts none(types_.size());
   for (size_t t = 0; t < types_.size(); ++t) none[t].assign(types_[t].configs.size(), 0);
   const std::vector<double> values = StartVector(counts, none);
   for (const DemandClass& demand : classes_) {
@@ -1678,7 +1700,7 @@ std::optional<std::vector<std::vector<int>>> Planner::PackOptimal(
   }
   const Solution solution = internal::SolveMip(fixed, time_limit_s);
   if (!solution.has_solution) return std::nullopt;
-  std::vector<std::vector<int>> gpus(types_.size());
+  ConfigCounts gpus(types_.size());
   for (size_t t = 0; t < types_.size(); ++t) {
     for (int column : types_[t].x_columns) {
       gpus[t].push_back(
@@ -1688,8 +1710,7 @@ std::optional<std::vector<std::vector<int>>> Planner::PackOptimal(
   return gpus;
 }
 
-bool Planner::ShiftShortfall(std::vector<std::vector<int>>& counts,
-                             const std::map<Slot, int>& shortfall) const {
+bool Planner::ShiftShortfall(InstanceCounts& counts, const std::map<Slot, int>& shortfall) const {
   // GPU share missing per model. Work that can run elsewhere moves off that model, whatever its
   // profile, so that the work that can only run there gets the room; the moves that cost least
   // per share freed go first.
@@ -1756,7 +1777,7 @@ bool Planner::ShiftShortfall(std::vector<std::vector<int>>& counts,
   return moved;
 }
 
-double Planner::CostOf(const std::vector<std::vector<int>>& gpus) const {
+double Planner::CostOf(const ConfigCounts& gpus) const {
   double cost = 0;
   for (size_t t = 0; t < types_.size(); ++t) {
     for (int copies : gpus[t]) cost += copies * types_[t].cost;
@@ -1764,8 +1785,7 @@ double Planner::CostOf(const std::vector<std::vector<int>>& gpus) const {
   return cost;
 }
 
-double Planner::Objective(const std::vector<std::vector<int>>& counts,
-                          const std::vector<std::vector<int>>& gpus) const {
+double Planner::Objective(const InstanceCounts& counts, const ConfigCounts& gpus) const {
   // Instances the GPUs cannot hold make it no plan at all.
   std::map<Slot, int> room;
   for (size_t t = 0; t < types_.size(); ++t) {
@@ -1789,8 +1809,8 @@ double Planner::Objective(const std::vector<std::vector<int>>& counts,
   return objective;
 }
 
-std::vector<double> Planner::StartVector(const std::vector<std::vector<int>>& counts,
-                                         const std::vector<std::vector<int>>& gpus) const {
+std::vector<double> Planner::StartVector(const InstanceCounts& counts,
+                                         const ConfigCounts& gpus) const {
   std::vector<double> start(static_cast<size_t>(program_.columns()), 0.0);
   for (size_t t = 0; t < types_.size(); ++t) {
     for (size_t i = 0; i < types_[t].configs.size(); ++i) {
@@ -1835,8 +1855,7 @@ std::vector<double> Planner::StartVector(const std::vector<std::vector<int>>& co
 }
 
 // Places the configs on physical GPUs and assigns instances to workloads.
-void Planner::Materialise(const std::vector<std::vector<int>>& counts,
-                          const std::vector<std::vector<int>>& gpus) {
+void Planner::Materialise(const InstanceCounts& counts, const ConfigCounts& gpus) {
   // Slots of each (model, profile): (rank within its GPU, position of the GPU, gpu, instance).
   std::map<Slot, std::vector<std::tuple<int, int, int, int>>> slots;
   std::vector<double> covered(workloads_.workloads.size(), 0);
@@ -2196,13 +2215,13 @@ absl::StatusOr<PlanResult> Planner::Run() {
   if (!lp.has_solution) {
     return absl::InternalError("the LP relaxation could not be solved (CLP)");
   }
-  std::vector<std::vector<int>> counts = RoundInstances(lp.values);
+  InstanceCounts counts = RoundInstances(lp.values);
   ReduceSurplus(counts);
   // Two roundings of the relaxation: per workload along the LP (counts), and at the LP's prices
   // of instance kinds (priced; replica classes stay as the LP split them). Each is packed, the
   // cheaper plan wins.
   double lagrangian = 0;
-  std::vector<std::vector<int>> priced = PriceCovers(lp, &lagrangian);
+  InstanceCounts priced = PriceCovers(lp, &lagrangian);
   for (size_t k = 0; k < classes_.size(); ++k) {
     if (!classes_[k].by_throughput ||
         lp.values[static_cast<size_t>(classes_[k].slack_columns[0])] > 0.5) {
@@ -2212,18 +2231,18 @@ absl::StatusOr<PlanResult> Planner::Run() {
   ReduceSurplus(priced);
   // A first plan: the LP's rounding, packed greedily (moving work off models that run out).
   std::map<Slot, int> shortfall;
-  std::vector<std::vector<int>> gpus = PackGpus(counts, &lp.values, &shortfall);
+  ConfigCounts gpus = PackGpus(counts, &lp.values, &shortfall);
   for (int round = 0; round < 8 && !shortfall.empty(); ++round) {
     if (!ShiftShortfall(counts, shortfall)) break;
     ReduceSurplus(counts);
     gpus = PackGpus(counts, &lp.values, &shortfall);
   }
   // Improve by choosing among a few integer covers per throughput workload at once.
-  std::vector<std::vector<std::vector<int>>> patterns(classes_.size());
+  PatternsByClass patterns(classes_.size());
   for (size_t k = 0; k < classes_.size(); ++k) {
     const DemandClass& demand = classes_[k];
     if (!demand.by_throughput) continue;
-    auto add = [&](std::vector<int> pattern) {
+    auto add = [&](Pattern pattern) {
       if (pattern.empty() || std::accumulate(pattern.begin(), pattern.end(), 0) == 0) return;
       if (std::find(patterns[k].begin(), patterns[k].end(), pattern) == patterns[k].end()) {
         patterns[k].push_back(std::move(pattern));
@@ -2255,8 +2274,7 @@ absl::StatusOr<PlanResult> Planner::Run() {
   std::vector<double> costs;
   for (const PlannedGpu& gpu : result_.gpus) costs.push_back(gpu.cost_per_hour);
   const double granularity = CostGranularity(costs);
-  auto proven = [&](const std::vector<std::vector<int>>& c,
-                    const std::vector<std::vector<int>>& g) {
+  auto proven = [&](const InstanceCounts& c, const ConfigCounts& g) {
     const double granular_bound =
         granularity > 0 ? std::ceil(bound / granularity - 1e-6) * granularity : bound;
     return Objective(c, g) <= granular_bound + kEps;
@@ -2265,7 +2283,7 @@ absl::StatusOr<PlanResult> Planner::Run() {
   // Fast (and auto): the restricted master picks one pattern per throughput workload, for a
   // few seconds at most.
   auto improve_with_patterns = [&](double budget) {
-    std::vector<std::vector<int>> better_counts, better_gpus;
+    InstanceCounts better_counts, better_gpus;
     if (SolvePatterns(patterns, budget, Objective(counts, gpus) - kEps, &better_counts,
                       &better_gpus)) {
       ReduceSurplus(better_counts);
