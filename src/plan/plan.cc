@@ -42,6 +42,12 @@ using InstanceCounts = std::vector<std::vector<int>>;
 // Per GPU type, per config (indexed as GpuType::configs): the GPUs laid out in that config.
 using ConfigCounts = std::vector<std::vector<int>>;
 
+// Placement: the free instances of the laid-out GPUs, per (model, profile), each as (rank within
+// its GPU, position of the GPU in its type, GPU, instance on it), in that order.
+using FreeSlots = std::map<Slot, std::vector<std::tuple<int, int, int, int>>>;
+// The instances a class took from them: ((GPU, instance on it), option).
+using ClassInstances = std::vector<std::pair<std::pair<int, int>, size_t>>;
+
 // A distinct multiset of instances one GPU can hold, with one layout that realises it.
 struct Config {
   std::map<int, int> counts;             // profile (or kWholeGpu) -> instances
@@ -253,6 +259,43 @@ class Planner {
     double seconds = 0;
   };
 
+  // --- Run()'s stages.
+
+  // An error when two workloads share a name.
+  absl::Status CheckWorkloadNames() const;
+  // The LP relaxation of program_, with per-workload penalties (the program built again) when
+  // even the relaxation leaves demand out; has_solution false when CLP failed.
+  Solution SolveRelaxation();
+  // The first plan: the relaxation rounded per workload (`counts`, shifted off models that run
+  // out) and packed greedily, which it returns; and the rounding at the relaxation's prices
+  // (`priced`) with its Lagrangian bound.
+  ConfigCounts FirstPlan(const Solution& lp, InstanceCounts* counts, InstanceCounts* priced,
+                         double* lagrangian) const;
+  // The patterns the restricted master starts from: per throughput class, its two roundings and
+  // its cheapest cover on each model.
+  PatternsByClass StartingPatterns(const InstanceCounts& counts,
+                                   const InstanceCounts& priced) const;
+  // Whether the plan's objective meets `bound` (rounded up to the granularity): nothing is
+  // cheaper.
+  bool Proven(const InstanceCounts& counts, const ConfigCounts& gpus, double bound,
+              double granularity) const;
+  // A cheaper plan from the restricted master over `patterns` within `budget` seconds, else at
+  // least `counts` packed as well as possible.
+  void ImproveWithPatterns(const PatternsByClass& patterns, double budget, InstanceCounts& counts,
+                           ConfigCounts& gpus) const;
+  // The exact search (BranchOnGpuCounts) in what is left of the time limit, then, in exact mode
+  // when it did not finish, ImproveWithPatterns with the rest; raises `bound`. Returns the
+  // search's statistics when it closed every node.
+  std::optional<SearchStats> SearchExactly(PatternsByClass& patterns, double granularity,
+                                           std::chrono::steady_clock::time_point started,
+                                           InstanceCounts& counts, ConfigCounts& gpus,
+                                           double* bound);
+  // The result's lower bound (cost, and GPU count when every GPU costs the same) from the
+  // program's `bound`, and whether the placed plan is proven optimal.
+  void SetLowerBound(const Solution& lp, double bound, double granularity);
+  // The note of a search that closed every node.
+  void NoteClosedSearch(const SearchStats& search);
+
   // --- Model building: the fleet's GPU types, the demand classes, the integer program.
 
   // The fleet's GPUs in result_.gpus and grouped into types_ (nodes interleaved); an error for a
@@ -266,6 +309,20 @@ class Planner {
   std::vector<Config> PinnedConfigs(const GpuType& type, const std::set<int>& profiles) const;
   // program_ from types_ and classes_ (again from scratch when the penalties change).
   void BuildProgram();
+  // Its parts. x: the GPUs of each type in each of its configs, at most the type's GPUs.
+  void AddConfigColumns(std::map<const hw::GpuModel*, std::set<int>>& used_profiles);
+  // A throughput class's slack (the workload left out), cover row, instance count row and
+  // rounding cuts, over its y columns' `cover` and `count` terms.
+  void AddThroughputRows(DemandClass& demand, std::vector<std::pair<int, double>> cover,
+                         std::vector<std::pair<int, double>> count);
+  // Rounding cuts (Chvatal-Gomory): in units of any option's capacity u, each instance counts
+  // ceil(capacity / u) and together they need ceil(demand / u). Valid for integer instance
+  // counts, and they stop the relaxation from buying 1.07 instances.
+  void AddRoundingCuts(const DemandClass& demand, int slack);
+  // A replica class's slacks (see DemandClass) and cover row.
+  void AddReplicaRows(DemandClass& demand, std::vector<std::pair<int, double>> cover);
+  // Supply: instances of (model, profile) <= what the chosen configs hold.
+  void AddSupplyRows(std::map<Slot, std::vector<std::pair<int, double>>>& supply);
 
   // --- Rounding the relaxation and packing greedily.
 
@@ -363,6 +420,25 @@ class Planner {
   // Places the configs on physical GPUs and assigns instances to workloads, then completes,
   // trims and consolidates them (result_.gpus, result_.unplaced, the cost).
   void Materialise(const InstanceCounts& counts, const ConfigCounts& gpus);
+  // Its steps, in that order. `covered` and `instances` hold, per workload, the demand its
+  // instances cover and how many it has.
+
+  // The kept instances (re-planning) first: they stay where they are.
+  void PlaceKept(std::vector<double>& covered, std::vector<int>& instances);
+  // The configs of `gpus` laid out on the types' GPUs in turn, their instances not yet
+  // assigned.
+  FreeSlots LayOutGpus(const ConfigCounts& gpus);
+  // Each class's instances of `counts` taken from `slots` in order and handed to its workloads.
+  void AssignInstances(const InstanceCounts& counts, FreeSlots& slots, std::vector<double>& covered,
+                       std::vector<int>& instances);
+  void AssignThroughput(const DemandClass& demand, const ClassInstances& got,
+                        std::vector<double>& covered, std::vector<int>& instances);
+  void AssignReplicas(const DemandClass& demand, const ClassInstances& got,
+                      std::vector<double>& covered, std::vector<int>& instances);
+  // Workloads still short are unplaced, and their instances freed with the spares.
+  void DropShortWorkloads(const std::vector<double>& covered, const std::vector<int>& instances);
+  // Each GPU's instances by start, whether it is used, and the plan's cost.
+  void FinishGpus();
   // Last resort for workloads the rounding left short: spare slots, free room on used GPUs,
   // then unused GPUs, cheapest first.
   void CompleteShort(std::vector<double>& covered, std::vector<int>& instances);
@@ -572,6 +648,101 @@ std::vector<Config> Planner::PinnedConfigs(const GpuType& type,
   return configs;
 }
 
+void Planner::AddConfigColumns(std::map<const hw::GpuModel*, std::set<int>>& used_profiles) {
+  for (GpuType& type : types_) {
+    auto it = configs_.find(type.model);
+    if (it == configs_.end()) continue;
+    if (type.pinned) {
+      type.configs = PinnedConfigs(type, used_profiles[type.model]);
+    } else {
+      for (const Config& config : it->second.configs) {
+        if (config.whole || type.mig_allowed) type.configs.push_back(config);
+      }
+    }
+    for (size_t c = 0; c < type.configs.size(); ++c) {
+      type.x_columns.push_back(
+          program_.AddColumn(type.cost, 0, static_cast<double>(type.gpus.size()), true));
+    }
+    std::vector<std::pair<int, double>> availability;
+    for (int column : type.x_columns) availability.emplace_back(column, 1.0);
+    if (!availability.empty()) {
+      program_.AddRow(std::move(availability), 0, static_cast<double>(type.gpus.size()));
+    }
+  }
+}
+
+void Planner::AddThroughputRows(DemandClass& demand, std::vector<std::pair<int, double>> cover,
+                                std::vector<std::pair<int, double>> count) {
+  const int slack = program_.AddColumn(penalty_, 0, 1, true);
+  demand.slack_columns = {slack};
+  demand.slack_weights = {demand.demand};
+  cover.emplace_back(slack, demand.demand);
+  program_.AddRow(std::move(cover), demand.demand, internal::kInfinity);
+  if (demand.min_instances > 1) {
+    count.emplace_back(slack, demand.min_instances);
+    program_.AddRow(std::move(count), demand.min_instances, internal::kInfinity);
+  }
+  AddRoundingCuts(demand, slack);
+}
+
+void Planner::AddRoundingCuts(const DemandClass& demand, int slack) {
+  // Units: the capacities of the few most GPU-efficient options (the ones the relaxation
+  // buys fractions of). More cuts barely move the bound and slow the LP down.
+  std::vector<std::pair<double, double>> by_efficiency;
+  for (const SizedOption& option : demand.options) {
+    by_efficiency.emplace_back(option.capacity / ShareOf(*option.model, option.profile),
+                               option.capacity);
+  }
+  std::sort(by_efficiency.rbegin(), by_efficiency.rend());
+  std::set<double> units;
+  constexpr size_t max_cuts = 3;
+  for (const auto& [efficiency, capacity] : by_efficiency) {
+    if (units.size() >= max_cuts) break;
+    units.insert(capacity);
+  }
+  for (double unit : units) {
+    const double needed = std::ceil(demand.demand / unit - kEps);
+    if (needed <= 1) continue;  // implied by the cover row
+    std::vector<std::pair<int, double>> cut;
+    for (size_t o = 0; o < demand.options.size(); ++o) {
+      cut.emplace_back(demand.y_columns[o], std::ceil(demand.options[o].capacity / unit - kEps));
+    }
+    cut.emplace_back(slack, needed);
+    program_.AddRow(std::move(cut), needed, internal::kInfinity);
+  }
+}
+
+void Planner::AddReplicaRows(DemandClass& demand, std::vector<std::pair<int, double>> cover) {
+  if (per_workload_penalty_) {
+    for (double share : demand.shares) {
+      demand.slack_columns.push_back(program_.AddColumn(penalty_, 0, 1, true));
+      demand.slack_weights.push_back(share);
+    }
+  } else {
+    demand.slack_columns = {program_.AddColumn(penalty_, 0, demand.demand, true)};
+    demand.slack_weights = {1.0};
+  }
+  for (size_t i = 0; i < demand.slack_columns.size(); ++i) {
+    cover.emplace_back(demand.slack_columns[i], demand.slack_weights[i]);
+  }
+  program_.AddRow(std::move(cover), demand.demand, internal::kInfinity);
+}
+
+void Planner::AddSupplyRows(std::map<Slot, std::vector<std::pair<int, double>>>& supply) {
+  for (auto& [slot, terms] : supply) {
+    for (const GpuType& type : types_) {
+      if (type.model != slot.first) continue;
+      for (size_t i = 0; i < type.configs.size(); ++i) {
+        const Config& config = type.configs[i];
+        auto it = config.counts.find(slot.second);
+        if (it != config.counts.end()) terms.emplace_back(type.x_columns[i], -it->second);
+      }
+    }
+    supply_rows_[slot] = program_.rows();
+    program_.AddRow(std::move(terms), -internal::kInfinity, 0);
+  }
+}
+
 void Planner::BuildProgram() {
   // (Again from scratch when the penalties change.)
   program_ = LinearProgram();
@@ -599,26 +770,7 @@ void Planner::BuildProgram() {
   for (const PlannedGpu& gpu : result_.gpus) penalty_ += gpu.cost_per_hour;
 
   // x: GPUs of each type in each config.
-  for (GpuType& type : types_) {
-    auto it = configs_.find(type.model);
-    if (it == configs_.end()) continue;
-    if (type.pinned) {
-      type.configs = PinnedConfigs(type, used_profiles[type.model]);
-    } else {
-      for (const Config& config : it->second.configs) {
-        if (config.whole || type.mig_allowed) type.configs.push_back(config);
-      }
-    }
-    for (size_t c = 0; c < type.configs.size(); ++c) {
-      type.x_columns.push_back(
-          program_.AddColumn(type.cost, 0, static_cast<double>(type.gpus.size()), true));
-    }
-    std::vector<std::pair<int, double>> availability;
-    for (int column : type.x_columns) availability.emplace_back(column, 1.0);
-    if (!availability.empty()) {
-      program_.AddRow(std::move(availability), 0, static_cast<double>(type.gpus.size()));
-    }
-  }
+  AddConfigColumns(used_profiles);
   // y: instances per class option; demand rows with a penalised slack.
   std::map<Slot, std::vector<std::pair<int, double>>> supply;
   for (DemandClass& demand : classes_) {
@@ -634,72 +786,13 @@ void Planner::BuildProgram() {
       supply[{option.model, option.profile}].emplace_back(column, 1.0);
     }
     if (demand.by_throughput) {
-      const int slack = program_.AddColumn(penalty_, 0, 1, true);
-      demand.slack_columns = {slack};
-      demand.slack_weights = {demand.demand};
-      cover.emplace_back(slack, demand.demand);
-      program_.AddRow(std::move(cover), demand.demand, internal::kInfinity);
-      if (demand.min_instances > 1) {
-        count.emplace_back(slack, demand.min_instances);
-        program_.AddRow(std::move(count), demand.min_instances, internal::kInfinity);
-      }
-      // Rounding cuts (Chvatal-Gomory): in units of any option's capacity u, each instance counts
-      // ceil(capacity / u) and together they need ceil(demand / u). Valid for integer instance
-      // counts, and they stop the relaxation from buying 1.07 instances.
-      // Units: the capacities of the few most GPU-efficient options (the ones the relaxation
-      // buys fractions of). More cuts barely move the bound and slow the LP down.
-      std::vector<std::pair<double, double>> by_efficiency;
-      for (const SizedOption& option : demand.options) {
-        by_efficiency.emplace_back(option.capacity / ShareOf(*option.model, option.profile),
-                                   option.capacity);
-      }
-      std::sort(by_efficiency.rbegin(), by_efficiency.rend());
-      std::set<double> units;
-      constexpr size_t max_cuts = 3;
-      for (const auto& [efficiency, capacity] : by_efficiency) {
-        if (units.size() >= max_cuts) break;
-        units.insert(capacity);
-      }
-      for (double unit : units) {
-        const double needed = std::ceil(demand.demand / unit - kEps);
-        if (needed <= 1) continue;  // implied by the cover row
-        std::vector<std::pair<int, double>> cut;
-        for (size_t o = 0; o < demand.options.size(); ++o) {
-          cut.emplace_back(demand.y_columns[o],
-                           std::ceil(demand.options[o].capacity / unit - kEps));
-        }
-        cut.emplace_back(slack, needed);
-        program_.AddRow(std::move(cut), needed, internal::kInfinity);
-      }
+      AddThroughputRows(demand, std::move(cover), std::move(count));
     } else {
-      if (per_workload_penalty_) {
-        for (double share : demand.shares) {
-          demand.slack_columns.push_back(program_.AddColumn(penalty_, 0, 1, true));
-          demand.slack_weights.push_back(share);
-        }
-      } else {
-        demand.slack_columns = {program_.AddColumn(penalty_, 0, demand.demand, true)};
-        demand.slack_weights = {1.0};
-      }
-      for (size_t i = 0; i < demand.slack_columns.size(); ++i) {
-        cover.emplace_back(demand.slack_columns[i], demand.slack_weights[i]);
-      }
-      program_.AddRow(std::move(cover), demand.demand, internal::kInfinity);
+      AddReplicaRows(demand, std::move(cover));
     }
   }
   // Supply: instances of (model, profile) <= what the chosen configs hold.
-  for (auto& [slot, terms] : supply) {
-    for (const GpuType& type : types_) {
-      if (type.model != slot.first) continue;
-      for (size_t i = 0; i < type.configs.size(); ++i) {
-        const Config& config = type.configs[i];
-        auto it = config.counts.find(slot.second);
-        if (it != config.counts.end()) terms.emplace_back(type.x_columns[i], -it->second);
-      }
-    }
-    supply_rows_[slot] = program_.rows();
-    program_.AddRow(std::move(terms), -internal::kInfinity, 0);
-  }
+  AddSupplyRows(supply);
 }
 
 // Instance counts over `candidates` (option indices) that cover `demand` with the smallest share of
@@ -2001,24 +2094,21 @@ std::vector<double> Planner::StartVector(const InstanceCounts& counts,
   return start;
 }
 
-// Places the configs on physical GPUs and assigns instances to workloads.
-void Planner::Materialise(const InstanceCounts& counts, const ConfigCounts& gpus) {
-  // Slots of each (model, profile): (rank within its GPU, position of the GPU, gpu, instance).
-  std::map<Slot, std::vector<std::tuple<int, int, int, int>>> slots;
-  std::vector<double> covered(workloads_.workloads.size(), 0);
-  std::vector<int> instances(workloads_.workloads.size(), 0);
-  // Kept instances first: they stay where they are.
-  if (pinned_ != nullptr) {
-    for (size_t g = 0; g < pinned_->size() && g < result_.gpus.size(); ++g) {
-      for (PlannedInstance instance : (*pinned_)[g]) {
-        instance.kept = true;
-        result_.gpus[g].instances.push_back(instance);
-        result_.gpus[g].mig_enabled |= instance.profile != kWholeGpu;
-        covered[static_cast<size_t>(instance.workload)] += instance.capacity;
-        ++instances[static_cast<size_t>(instance.workload)];
-      }
+void Planner::PlaceKept(std::vector<double>& covered, std::vector<int>& instances) {
+  if (pinned_ == nullptr) return;
+  for (size_t g = 0; g < pinned_->size() && g < result_.gpus.size(); ++g) {
+    for (PlannedInstance instance : (*pinned_)[g]) {
+      instance.kept = true;
+      result_.gpus[g].instances.push_back(instance);
+      result_.gpus[g].mig_enabled |= instance.profile != kWholeGpu;
+      covered[static_cast<size_t>(instance.workload)] += instance.capacity;
+      ++instances[static_cast<size_t>(instance.workload)];
     }
   }
+}
+
+FreeSlots Planner::LayOutGpus(const ConfigCounts& gpus) {
+  FreeSlots slots;
   for (size_t t = 0; t < types_.size(); ++t) {
     const GpuType& type = types_[t];
     size_t next = 0;
@@ -2050,11 +2140,16 @@ void Planner::Materialise(const InstanceCounts& counts, const ConfigCounts& gpus
     }
   }
   for (auto& [slot, list] : slots) std::sort(list.begin(), list.end());
+  return slots;
+}
+
+void Planner::AssignInstances(const InstanceCounts& counts, FreeSlots& slots,
+                              std::vector<double>& covered, std::vector<int>& instances) {
   std::map<Slot, size_t> taken;
   for (size_t k = 0; k < classes_.size(); ++k) {
     const DemandClass& demand = classes_[k];
     // The class's instances in slot order, then handed to its workloads in turn.
-    std::vector<std::pair<std::pair<int, int>, size_t>> got;  // (gpu, instance), option
+    ClassInstances got;
     for (size_t o = 0; o < demand.options.size(); ++o) {
       const SizedOption& option = demand.options[o];
       const Slot slot{option.model, option.profile};
@@ -2065,52 +2160,63 @@ void Planner::Materialise(const InstanceCounts& counts, const ConfigCounts& gpus
       }
     }
     if (demand.by_throughput) {
-      const int w = demand.workloads.front();
-      for (const auto& [where, o] : got) {
-        PlannedInstance& instance = result_.gpus[static_cast<size_t>(where.first)]
-                                        .instances[static_cast<size_t>(where.second)];
-        instance.workload = w;
-        instance.capacity = demand.options[o].capacity;
-        instance.batch = demand.options[o].batch;
-        covered[static_cast<size_t>(w)] += instance.capacity;
-        ++instances[static_cast<size_t>(w)];
-      }
-      continue;
-    }
-    // Replica class: as many workloads as the instances hold (the smallest first, as the
-    // program leaves out the fewest; the rest are left unplaced below), each taking its
-    // replicas in turn so that they stay spread.
-    auto wanted_by = [&](int w) {
-      return static_cast<size_t>(std::llround(remaining_[static_cast<size_t>(w)]));
-    };
-    std::vector<int> smallest = demand.workloads;
-    std::stable_sort(smallest.begin(), smallest.end(),
-                     [&](int a, int b) { return wanted_by(a) < wanted_by(b); });
-    std::set<int> placed;
-    size_t room = got.size();
-    for (int w : smallest) {
-      if (wanted_by(w) > room) break;
-      room -= wanted_by(w);
-      placed.insert(w);
-    }
-    size_t cursor = 0;
-    for (int w : demand.workloads) {
-      if (placed.count(w) == 0) continue;
-      const int wanted = static_cast<int>(wanted_by(w));
-      for (int i = 0; i < wanted; ++i, ++cursor) {
-        const auto& [where, o] = got[cursor];
-        PlannedInstance& instance = result_.gpus[static_cast<size_t>(where.first)]
-                                        .instances[static_cast<size_t>(where.second)];
-        instance.workload = w;
-        instance.capacity = 1;
-        covered[static_cast<size_t>(w)] += 1;
-        ++instances[static_cast<size_t>(w)];
-      }
+      AssignThroughput(demand, got, covered, instances);
+    } else {
+      AssignReplicas(demand, got, covered, instances);
     }
   }
-  CompleteShort(covered, instances);
-  TrimSurplus(covered, instances);
-  // Workloads still short: unplaced, and their instances freed.
+}
+
+void Planner::AssignThroughput(const DemandClass& demand, const ClassInstances& got,
+                               std::vector<double>& covered, std::vector<int>& instances) {
+  const int w = demand.workloads.front();
+  for (const auto& [where, o] : got) {
+    PlannedInstance& instance =
+        result_.gpus[static_cast<size_t>(where.first)].instances[static_cast<size_t>(where.second)];
+    instance.workload = w;
+    instance.capacity = demand.options[o].capacity;
+    instance.batch = demand.options[o].batch;
+    covered[static_cast<size_t>(w)] += instance.capacity;
+    ++instances[static_cast<size_t>(w)];
+  }
+}
+
+void Planner::AssignReplicas(const DemandClass& demand, const ClassInstances& got,
+                             std::vector<double>& covered, std::vector<int>& instances) {
+  // As many workloads as the instances hold (the smallest first, as the program leaves out the
+  // fewest; the rest are left unplaced later), each taking its replicas in turn so that they
+  // stay spread.
+  auto wanted_by = [&](int w) {
+    return static_cast<size_t>(std::llround(remaining_[static_cast<size_t>(w)]));
+  };
+  std::vector<int> smallest = demand.workloads;
+  std::stable_sort(smallest.begin(), smallest.end(),
+                   [&](int a, int b) { return wanted_by(a) < wanted_by(b); });
+  std::set<int> placed;
+  size_t room = got.size();
+  for (int w : smallest) {
+    if (wanted_by(w) > room) break;
+    room -= wanted_by(w);
+    placed.insert(w);
+  }
+  size_t cursor = 0;
+  for (int w : demand.workloads) {
+    if (placed.count(w) == 0) continue;
+    const int wanted = static_cast<int>(wanted_by(w));
+    for (int i = 0; i < wanted; ++i, ++cursor) {
+      const auto& [where, o] = got[cursor];
+      PlannedInstance& instance = result_.gpus[static_cast<size_t>(where.first)]
+                                      .instances[static_cast<size_t>(where.second)];
+      instance.workload = w;
+      instance.capacity = 1;
+      covered[static_cast<size_t>(w)] += 1;
+      ++instances[static_cast<size_t>(w)];
+    }
+  }
+}
+
+void Planner::DropShortWorkloads(const std::vector<double>& covered,
+                                 const std::vector<int>& instances) {
   std::set<int> short_workloads;
   for (const DemandClass& demand : classes_) {
     for (int w : demand.workloads) {
@@ -2124,13 +2230,15 @@ void Planner::Materialise(const InstanceCounts& counts, const ConfigCounts& gpus
       }
     }
   }
-  // Drop spares and short workloads' instances; finish each GPU.
+  // Drop spares and short workloads' instances.
   for (PlannedGpu& gpu : result_.gpus) {
     std::erase_if(gpu.instances, [&](const PlannedInstance& instance) {
       return instance.workload < 0 || short_workloads.count(instance.workload) > 0;
     });
   }
-  Consolidate();
+}
+
+void Planner::FinishGpus() {
   for (PlannedGpu& gpu : result_.gpus) {
     std::sort(gpu.instances.begin(), gpu.instances.end(),
               [](const PlannedInstance& a, const PlannedInstance& b) { return a.start < b.start; });
@@ -2142,6 +2250,19 @@ void Planner::Materialise(const InstanceCounts& counts, const ConfigCounts& gpus
     }
   }
   std::sort(result_.unplaced.begin(), result_.unplaced.end());
+}
+
+void Planner::Materialise(const InstanceCounts& counts, const ConfigCounts& gpus) {
+  std::vector<double> covered(workloads_.workloads.size(), 0);
+  std::vector<int> instances(workloads_.workloads.size(), 0);
+  PlaceKept(covered, instances);
+  FreeSlots slots = LayOutGpus(gpus);
+  AssignInstances(counts, slots, covered, instances);
+  CompleteShort(covered, instances);
+  TrimSurplus(covered, instances);
+  DropShortWorkloads(covered, instances);
+  Consolidate();
+  FinishGpus();
 }
 
 void Planner::CompleteShort(std::vector<double>& covered, std::vector<int>& instances) {
@@ -2338,8 +2459,7 @@ void Planner::Consolidate() {
   }
 }
 
-absl::StatusOr<PlanResult> Planner::Run() {
-  const auto started = std::chrono::steady_clock::now();
+absl::Status Planner::CheckWorkloadNames() const {
   std::set<std::string> names;
   for (const Workload& workload : workloads_.workloads) {
     if (!names.insert(workload.name).second) {
@@ -2347,11 +2467,10 @@ absl::StatusOr<PlanResult> Planner::Run() {
           absl::StrCat(workload.origin, ": workload '", workload.name, "' appears twice"));
     }
   }
-  if (absl::Status status = BuildFleet(); !status.ok()) return status;
-  BuildClasses();
-  BuildProgram();
+  return absl::OkStatus();
+}
 
-  // Fast: LP relaxation, rounding, greedy completion. Its value bounds every plan from below.
+Solution Planner::SolveRelaxation() {
   Solution lp = internal::SolveLp(program_, std::max(options_.time_limit_s, 1.0));
   if (lp.has_solution && lp.objective >= penalty_ - kEps && !per_workload_penalty_) {
     // Even the relaxation leaves demand out: count the workloads left out from here on.
@@ -2359,32 +2478,37 @@ absl::StatusOr<PlanResult> Planner::Run() {
     BuildProgram();
     lp = internal::SolveLp(program_, std::max(options_.time_limit_s, 1.0));
   }
-  if (!lp.has_solution) {
-    return absl::InternalError("the LP relaxation could not be solved (CLP)");
-  }
-  InstanceCounts counts = RoundInstances(lp.values);
-  ReduceSurplus(counts);
+  return lp;
+}
+
+ConfigCounts Planner::FirstPlan(const Solution& lp, InstanceCounts* counts, InstanceCounts* priced,
+                                double* lagrangian) const {
+  *counts = RoundInstances(lp.values);
+  ReduceSurplus(*counts);
   // Two roundings of the relaxation: per workload along the LP (counts), and at the LP's prices
   // of instance kinds (priced; replica classes stay as the LP split them). Each is packed, the
   // cheaper plan wins.
-  double lagrangian = 0;
-  InstanceCounts priced = PriceCovers(lp, &lagrangian);
+  *priced = PriceCovers(lp, lagrangian);
   for (size_t k = 0; k < classes_.size(); ++k) {
     if (!classes_[k].by_throughput ||
         lp.values[static_cast<size_t>(classes_[k].slack_columns[0])] > 0.5) {
-      priced[k] = counts[k];
+      (*priced)[k] = (*counts)[k];
     }
   }
-  ReduceSurplus(priced);
+  ReduceSurplus(*priced);
   // A first plan: the LP's rounding, packed greedily (moving work off models that run out).
   std::map<Slot, int> shortfall;
-  ConfigCounts gpus = PackGpus(counts, &lp.values, &shortfall);
+  ConfigCounts gpus = PackGpus(*counts, &lp.values, &shortfall);
   for (int round = 0; round < 8 && !shortfall.empty(); ++round) {
-    if (!ShiftShortfall(counts, shortfall)) break;
-    ReduceSurplus(counts);
-    gpus = PackGpus(counts, &lp.values, &shortfall);
+    if (!ShiftShortfall(*counts, shortfall)) break;
+    ReduceSurplus(*counts);
+    gpus = PackGpus(*counts, &lp.values, &shortfall);
   }
-  // Improve by choosing among a few integer covers per throughput workload at once.
+  return gpus;
+}
+
+PatternsByClass Planner::StartingPatterns(const InstanceCounts& counts,
+                                          const InstanceCounts& priced) const {
   PatternsByClass patterns(classes_.size());
   for (size_t k = 0; k < classes_.size(); ++k) {
     const DemandClass& demand = classes_[k];
@@ -2403,82 +2527,65 @@ absl::StatusOr<PlanResult> Planner::Run() {
     }
     for (const auto& [model, candidates] : by_model) add(CheapestCover(demand, candidates));
   }
-  // Column generation: the covers that the relaxation's prices favour join the patterns, and
-  // the relaxation over all integer covers bounds every plan (Dantzig-Wolfe).
-  const double generated = GeneratePatterns(
-      patterns, std::max(0.1, 0.25 * (options_.time_limit_s - SecondsSince(started))));
-  double bound = std::max({lp.objective, lagrangian, generated});
-  result_.solver = "lp-rounding";
+  return patterns;
+}
 
+bool Planner::Proven(const InstanceCounts& counts, const ConfigCounts& gpus, double bound,
+                     double granularity) const {
+  const double granular_bound =
+      granularity > 0 ? std::ceil(bound / granularity - 1e-6) * granularity : bound;
+  return Objective(counts, gpus) <= granular_bound + kEps;
+}
+
+void Planner::ImproveWithPatterns(const PatternsByClass& patterns, double budget,
+                                  InstanceCounts& counts, ConfigCounts& gpus) const {
+  InstanceCounts better_counts;
+  ConfigCounts better_gpus;
+  if (SolvePatterns(patterns, budget, Objective(counts, gpus) - kEps, &better_counts,
+                    &better_gpus)) {
+    ReduceSurplus(better_counts);
+    if (Objective(better_counts, better_gpus) < Objective(counts, gpus) - kEps) {
+      counts = std::move(better_counts);
+      gpus = std::move(better_gpus);
+    }
+  } else if (auto packed = PackOptimal(counts, std::max(0.2, 0.25 * budget));
+             packed && CostOf(*packed) < CostOf(gpus) - kEps) {
+    gpus = *std::move(packed);  // at least pack the rounded counts as well as possible
+  }
+}
+
+std::optional<Planner::SearchStats> Planner::SearchExactly(
+    PatternsByClass& patterns, double granularity, std::chrono::steady_clock::time_point started,
+    InstanceCounts& counts, ConfigCounts& gpus, double* bound) {
+  // The solvers overrun their limits a little, so the search gets a margin; in exact mode it
+  // leaves a tenth of the time for improving the plan if it cannot finish.
+  double budget = 0.9 * (options_.time_limit_s - SecondsSince(started)) - 0.2;
+  if (options_.mode == SolveMode::kAuto) budget = std::min(budget, 3.0);
+  SearchStats stats;
+  const double searched = BranchOnGpuCounts(patterns, Objective(counts, gpus), granularity,
+                                            std::max(budget, 0.05), &counts, &gpus, &stats);
+  ReduceSurplus(counts);
+  *bound = std::max(*bound, searched);
+  result_.solver = "branch-and-price";
+  if (stats.complete) return stats;  // the note is written once the plan is placed
+  result_.notes.push_back(absl::StrFormat(
+      "branch and price stopped at the time limit (%.1f s) after %d nodes, before proving "
+      "optimality",
+      options_.time_limit_s, stats.nodes));
+  const double remaining = options_.time_limit_s - SecondsSince(started) - 0.1;
+  if (options_.mode == SolveMode::kExact && remaining > 0.1) {
+    ImproveWithPatterns(patterns, remaining, counts, gpus);
+  }
+  return std::nullopt;
+}
+
+void Planner::SetLowerBound(const Solution& lp, double bound, double granularity) {
   // Every GPU of the fleet costs the same: bounds are GPU counts.
   const double unit_cost = result_.gpus.front().cost_per_hour;
   bool homogeneous_cost = unit_cost > 0;
   for (const PlannedGpu& gpu : result_.gpus) {
     homogeneous_cost &= std::abs(gpu.cost_per_hour - unit_cost) < kEps;
   }
-  // Objective values are multiples of this: bounds round up to it, and a better plan is at least
-  // this much cheaper.
-  std::vector<double> costs;
-  for (const PlannedGpu& gpu : result_.gpus) costs.push_back(gpu.cost_per_hour);
-  const double granularity = CostGranularity(costs);
-  auto proven = [&](const InstanceCounts& c, const ConfigCounts& g) {
-    const double granular_bound =
-        granularity > 0 ? std::ceil(bound / granularity - 1e-6) * granularity : bound;
-    return Objective(c, g) <= granular_bound + kEps;
-  };
-
-  // Fast (and auto): the restricted master picks one pattern per throughput workload, for a
-  // few seconds at most.
-  auto improve_with_patterns = [&](double budget) {
-    InstanceCounts better_counts;
-    ConfigCounts better_gpus;
-    if (SolvePatterns(patterns, budget, Objective(counts, gpus) - kEps, &better_counts,
-                      &better_gpus)) {
-      ReduceSurplus(better_counts);
-      if (Objective(better_counts, better_gpus) < Objective(counts, gpus) - kEps) {
-        counts = std::move(better_counts);
-        gpus = std::move(better_gpus);
-      }
-    } else if (auto packed = PackOptimal(counts, std::max(0.2, 0.25 * budget));
-               packed && CostOf(*packed) < CostOf(gpus) - kEps) {
-      gpus = *std::move(packed);  // at least pack the rounded counts as well as possible
-    }
-  };
-  if (options_.mode != SolveMode::kExact && !proven(counts, gpus)) {
-    const double remaining = options_.time_limit_s - SecondsSince(started);
-    improve_with_patterns(std::max(0.2, std::min(3.0, 0.5 * remaining)));
-  }
-
-  // Exact (and auto on fleets up to 2,000 GPUs): branch and price on the number of GPUs of each
-  // price, until every node is closed (the plan is optimal) or the time limit.
-  const bool search = !proven(counts, gpus) && program_.columns() > 0 &&
-                      (options_.mode == SolveMode::kExact ||
-                       (options_.mode == SolveMode::kAuto && result_.gpus.size() <= 2000));
-  std::optional<SearchStats> closed_search;
-  if (search) {
-    // The solvers overrun their limits a little, so the search gets a margin; in exact mode it
-    // leaves a tenth of the time for improving the plan if it cannot finish.
-    double budget = 0.9 * (options_.time_limit_s - SecondsSince(started)) - 0.2;
-    if (options_.mode == SolveMode::kAuto) budget = std::min(budget, 3.0);
-    SearchStats stats;
-    const double searched = BranchOnGpuCounts(patterns, Objective(counts, gpus), granularity,
-                                              std::max(budget, 0.05), &counts, &gpus, &stats);
-    ReduceSurplus(counts);
-    bound = std::max(bound, searched);
-    result_.solver = "branch-and-price";
-    if (stats.complete) {
-      closed_search = stats;  // the note is written once the plan is placed
-    } else {
-      result_.notes.push_back(absl::StrFormat(
-          "branch and price stopped at the time limit (%.1f s) after %d nodes, before proving "
-          "optimality",
-          options_.time_limit_s, stats.nodes));
-      const double remaining = options_.time_limit_s - SecondsSince(started) - 0.1;
-      if (options_.mode == SolveMode::kExact && remaining > 0.1) improve_with_patterns(remaining);
-    }
-  }
-  Materialise(counts, gpus);
-
   // Penalties (workloads the fleet cannot hold) are not GPU cost: the bound then covers the
   // LP's GPU cost only, which is not a proof.
   if (bound >= penalty_ - kEps) {
@@ -2512,20 +2619,73 @@ absl::StatusOr<PlanResult> Planner::Run() {
   }
   result_.proven_optimal =
       !short_of_room_ && result_.cost_per_hour <= result_.lower_bound_cost + kEps;
-  if (closed_search && result_.proven_optimal) {
+}
+
+void Planner::NoteClosedSearch(const SearchStats& search) {
+  if (result_.proven_optimal) {
     result_.notes.push_back(
         absl::StrFormat("branch and price closed %d nodes in %.2f s: no cheaper plan exists",
-                        closed_search->nodes, closed_search->seconds));
-  } else if (closed_search) {
-    // The integer program does not see spreading (replicas on different GPUs) nor what the
-    // completion adds; its optimum is still the bound.
-    result_.notes.push_back(absl::StrFormat(
-        "branch and price closed %d nodes in %.2f s: no plan of the integer program costs less "
-        "than %.2f/h; placing it on the GPUs (replicas spread over GPUs, instances completed) took "
-        "%.2f/h more",
-        closed_search->nodes, closed_search->seconds, result_.lower_bound_cost,
-        result_.cost_per_hour - result_.lower_bound_cost));
+                        search.nodes, search.seconds));
+    return;
   }
+  // The integer program does not see spreading (replicas on different GPUs) nor what the
+  // completion adds; its optimum is still the bound.
+  result_.notes.push_back(absl::StrFormat(
+      "branch and price closed %d nodes in %.2f s: no plan of the integer program costs less "
+      "than %.2f/h; placing it on the GPUs (replicas spread over GPUs, instances completed) took "
+      "%.2f/h more",
+      search.nodes, search.seconds, result_.lower_bound_cost,
+      result_.cost_per_hour - result_.lower_bound_cost));
+}
+
+absl::StatusOr<PlanResult> Planner::Run() {
+  const auto started = std::chrono::steady_clock::now();
+  if (absl::Status status = CheckWorkloadNames(); !status.ok()) return status;
+  if (absl::Status status = BuildFleet(); !status.ok()) return status;
+  BuildClasses();
+  BuildProgram();
+
+  // Fast: LP relaxation, rounding, greedy completion. Its value bounds every plan from below.
+  const Solution lp = SolveRelaxation();
+  if (!lp.has_solution) {
+    return absl::InternalError("the LP relaxation could not be solved (CLP)");
+  }
+  InstanceCounts counts, priced;
+  double lagrangian = 0;
+  ConfigCounts gpus = FirstPlan(lp, &counts, &priced, &lagrangian);
+  // Improve by choosing among a few integer covers per throughput workload at once.
+  PatternsByClass patterns = StartingPatterns(counts, priced);
+  // Column generation: the covers that the relaxation's prices favour join the patterns, and
+  // the relaxation over all integer covers bounds every plan (Dantzig-Wolfe).
+  const double generated = GeneratePatterns(
+      patterns, std::max(0.1, 0.25 * (options_.time_limit_s - SecondsSince(started))));
+  double bound = std::max({lp.objective, lagrangian, generated});
+  result_.solver = "lp-rounding";
+
+  // Objective values are multiples of this: bounds round up to it, and a better plan is at least
+  // this much cheaper.
+  std::vector<double> costs;
+  for (const PlannedGpu& gpu : result_.gpus) costs.push_back(gpu.cost_per_hour);
+  const double granularity = CostGranularity(costs);
+
+  // Fast (and auto): the restricted master picks one pattern per throughput workload, for a
+  // few seconds at most.
+  if (options_.mode != SolveMode::kExact && !Proven(counts, gpus, bound, granularity)) {
+    const double remaining = options_.time_limit_s - SecondsSince(started);
+    ImproveWithPatterns(patterns, std::max(0.2, std::min(3.0, 0.5 * remaining)), counts, gpus);
+  }
+
+  // Exact (and auto on fleets up to 2,000 GPUs): branch and price on the number of GPUs of each
+  // price, until every node is closed (the plan is optimal) or the time limit.
+  const bool search = !Proven(counts, gpus, bound, granularity) && program_.columns() > 0 &&
+                      (options_.mode == SolveMode::kExact ||
+                       (options_.mode == SolveMode::kAuto && result_.gpus.size() <= 2000));
+  std::optional<SearchStats> closed_search;
+  if (search) closed_search = SearchExactly(patterns, granularity, started, counts, gpus, &bound);
+  Materialise(counts, gpus);
+
+  SetLowerBound(lp, bound, granularity);
+  if (closed_search) NoteClosedSearch(*closed_search);
   result_.solve_seconds = SecondsSince(started);
   return std::move(result_);
 }
