@@ -29,9 +29,6 @@ double LeftOut(const DemandClass& demand, const std::vector<double>& values) {
 
 }  // namespace
 
-// Instance counts over `candidates` (option indices) that cover `demand` with the smallest share of
-// GPUs (ShareOf): most instances of the option with the best capacity per share, the rest by one
-// other option (up to a few instances of it). Empty when no candidate exists.
 Pattern CheapestCover(const DemandClass& demand, const std::vector<size_t>& candidates) {
   Pattern best_counts;
   if (candidates.empty()) return best_counts;
