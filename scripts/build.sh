@@ -19,6 +19,11 @@ if command -v ccache >/dev/null; then
   # The tests' precompiled header (tests/CMakeLists.txt) is cached too with these.
   export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
   export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+  # Paths below the checkout's parent are hashed relative to it, so a git worktree beside the
+  # checkout hits the same cache entries (the compile's directory is left out of the hash too;
+  # the debug info then names the first build's directory).
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$PWD")}"
+  export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 fi
 cmake -S . -B "$build_dir" -G Ninja "${launcher[@]}" "$@" >/dev/null
 cmake --build "$build_dir" -j"$(nproc)" ${targets[@]+--target "${targets[@]}"}
