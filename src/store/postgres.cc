@@ -20,8 +20,8 @@ constexpr Oid kFloat8 = 701;
 constexpr Oid kNumeric = 1700;
 constexpr Oid kBool = 16;
 
-// "?" -> "$n", outside quoted strings.
-std::string Translate(std::string_view sql) {
+// "?" -> "$n", outside quoted strings; `*placeholders` is n.
+std::string Translate(std::string_view sql, size_t* placeholders) {
   std::string out;
   out.reserve(sql.size() + 8);
   int n = 0;
@@ -34,6 +34,7 @@ std::string Translate(std::string_view sql) {
       out.push_back(c);
     }
   }
+  *placeholders = static_cast<size_t>(n);
   return out;
 }
 
@@ -54,7 +55,15 @@ class PostgresDatabase final : public Database {
   std::string where() const override { return where_; }
 
   absl::StatusOr<Result> Query(std::string_view sql, std::span<const Value> params) override {
-    const std::string translated = Translate(sql);
+    size_t placeholders = 0;
+    const std::string translated = Translate(sql, &placeholders);
+    // Checked here, as SQLite does: the server would answer a protocol violation (08P01), which
+    // reads as a lost connection.
+    if (placeholders != params.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("postgres (", where_, "): '", FirstWords(sql),
+                                                     "' takes ", placeholders, " parameters, ",
+                                                     params.size(), " given"));
+    }
     std::vector<std::string> texts(params.size());
     std::vector<const char*> values(params.size(), nullptr);
     for (size_t i = 0; i < params.size(); ++i) {
@@ -115,7 +124,15 @@ class PostgresDatabase final : public Database {
     return out;
   }
 
-  absl::Status Begin() override { return Exec("BEGIN"); }
+  // The server only warns about a BEGIN inside a transaction (and the inner COMMIT would then
+  // commit the outer one): refused here, as SQLite refuses it.
+  absl::Status Begin() override {
+    if (PQtransactionStatus(conn_) != PQTRANS_IDLE) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "postgres (", where_, "): cannot begin a transaction: one is open (they do not nest)"));
+    }
+    return Exec("BEGIN");
+  }
   absl::Status Commit() override { return Exec("COMMIT"); }
   absl::Status Rollback() override { return Exec("ROLLBACK"); }
 
