@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "gpuslice/util/parse_error.h"
 #include "gpuslice/util/private_file.h"
 #include "nlohmann/json.hpp"
 
@@ -32,12 +33,12 @@ bool Lookup(const std::string& text, const char* const (&names)[N], Enum* out) {
 // and the loader reports the file as damaged.
 std::int64_t IntAt(const json& j, const char* key, std::int64_t lo, std::int64_t hi) {
   const json& v = j.at(key);
-  if (!v.is_number_integer()) throw std::invalid_argument(std::string(key) + " is not an integer");
+  if (!v.is_number_integer()) throw util::ParseError(std::string(key) + " is not an integer");
   if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi)) {
-    throw std::invalid_argument(std::string(key) + " is out of range");
+    throw util::ParseError(std::string(key) + " is out of range");
   }
   const std::int64_t n = v.get<std::int64_t>();
-  if (n < lo || n > hi) throw std::invalid_argument(std::string(key) + " is out of range");
+  if (n < lo || n > hi) throw util::ParseError(std::string(key) + " is out of range");
   return n;
 }
 
@@ -65,7 +66,7 @@ DeviceRecord DeviceOf(const json& j) {
   d.request = j.at("request").get<std::string>();
   d.share_id = j.at("share_id").get<std::string>();
   if (!Lookup(j.at("kind").get<std::string>(), kKinds, &d.kind)) {
-    throw std::invalid_argument("unknown device kind");
+    throw util::ParseError("unknown device kind");
   }
   d.gpu = SmallAt(j, "gpu");
   d.profile_id = SmallAt(j, "profile_id");
@@ -96,13 +97,13 @@ absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& path) {
   Checkpoint checkpoint;
   try {
     const json doc = json::parse(text.str());
-    if (IntAt(doc, "version", 0, 1000) != 1) throw std::invalid_argument("unknown version");
+    if (IntAt(doc, "version", 0, 1000) != 1) throw util::ParseError("unknown version");
     for (const auto& [uid, c] : doc.at("claims").items()) {
       ClaimRecord record;
       record.namespace_name = c.at("namespace").get<std::string>();
       record.name = c.at("name").get<std::string>();
       if (!Lookup(c.at("phase").get<std::string>(), kPhases, &record.phase)) {
-        throw std::invalid_argument("unknown phase");
+        throw util::ParseError("unknown phase");
       }
       for (const json& d : c.at("devices")) record.devices.push_back(DeviceOf(d));
       checkpoint.claims[uid] = std::move(record);

@@ -467,11 +467,10 @@ absl::StatusOr<Catalog> Catalog::FromYaml(std::string_view yaml_text, std::strin
           ReadModel(gpus[i], origin, "gpus[" + std::to_string(i) + "]", ci_table, ci_confirmed_on));
     }
     top.Finish();
-  } catch (const util::YamlError& error) {
-    return absl::InvalidArgumentError(error.what());
+  } catch (const util::ParseError& error) {
+    return util::StatusOf(error);
   } catch (const YAML::Exception& error) {
-    return absl::InvalidArgumentError(std::string(origin) + ":" +
-                                      std::to_string(error.mark.line + 1) + ": " + error.msg);
+    return util::StatusOfYaml(error, origin);
   }
   if (absl::Status status = catalog.Validate(origin); !status.ok()) return status;
   return catalog;

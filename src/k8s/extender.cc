@@ -276,8 +276,7 @@ absl::StatusOr<std::vector<place::NodeSpec>> ParseNodesYaml(std::string_view tex
     try {
       root = YAML::Load(std::string(text));
     } catch (const YAML::Exception& error) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(std::string(origin), ":", error.mark.line + 1, ": ", error.msg));
+      return util::StatusOfYaml(error, origin);
     }
     util::YamlMap top(root, origin, "");
     YAML::Node list = top.Node("nodes");
@@ -355,8 +354,8 @@ absl::StatusOr<std::vector<place::NodeSpec>> ParseNodesYaml(std::string_view tex
       entry.Finish();
       nodes.push_back(std::move(node));
     }
-  } catch (const util::YamlError& error) {
-    return absl::InvalidArgumentError(error.what());
+  } catch (const util::ParseError& error) {
+    return util::StatusOf(error);
   }
   return nodes;
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gpuslice/util/parse_error.h"
 
 namespace gpuslice::metrics {
 namespace {
@@ -81,7 +82,7 @@ absl::StatusOr<Alert> AlertFromJson(const json& in) {
   try {
     auto text = [&](const char* key, std::string* out, bool required) {
       if (!in.contains(key)) {
-        if (required) throw std::runtime_error(absl::StrCat("missing '", key, "'"));
+        if (required) throw util::ParseError(absl::StrCat("missing '", key, "'"));
         return;
       }
       *out = in.at(key).get<std::string>();

@@ -23,8 +23,8 @@ namespace gpuslice::plan {
 
 namespace {
 
+using util::ParseError;
 using util::ThrowYamlError;
-using util::YamlError;
 using util::YamlMap;
 
 constexpr int kMaxReplicas = 100000;
@@ -37,44 +37,6 @@ constexpr double kMaxCostPerGpuHour = 10000;
 constexpr int kMaxComputeSlices = 8;
 constexpr std::int64_t kMaxBatch = 1 << 20;
 constexpr std::int64_t kMaxProcesses = 1024;
-
-// An error whose status code is not InvalidArgument: NotFound for a missing CSV file or an unknown
-// GPU model. The message has the same "origin:line: path: message" form.
-class CodedError : public YamlError {
- public:
-  CodedError(absl::StatusCode code, const std::string& message) : YamlError(message), code_(code) {}
-  absl::StatusCode code() const { return code_; }
-
- private:
-  absl::StatusCode code_;
-};
-
-[[noreturn]] void ThrowCoded(absl::StatusCode code, std::string_view origin, const YAML::Node& at,
-                             std::string_view path, std::string_view message) {
-  try {
-    ThrowYamlError(origin, at, path, message);
-  } catch (const YamlError& error) {
-    throw CodedError(code, error.what());
-  }
-}
-
-// Runs `parse` and turns every exception into a Status: nothing thrown leaves a public function.
-template <typename Result, typename Parse>
-absl::StatusOr<Result> Guard(std::string_view origin, Parse&& parse) {
-  try {
-    return parse();
-  } catch (const CodedError& error) {
-    return absl::Status(error.code(), error.what());
-  } catch (const YamlError& error) {
-    return absl::InvalidArgumentError(error.what());
-  } catch (const YAML::Exception& error) {
-    std::string message(origin);
-    if (error.mark.line >= 0) message += ":" + std::to_string(error.mark.line + 1);
-    return absl::InvalidArgumentError(message + ": " + error.msg);
-  } catch (const std::exception& error) {
-    return absl::InternalError(std::string(origin) + ": " + error.what());
-  }
-}
 
 // "origin:line" of a node (just "origin" when the node has no position).
 std::string Where(std::string_view origin, const YAML::Node& node) {
@@ -175,7 +137,8 @@ std::string ResolveModel(const hw::Catalog& catalog, const YAML::Node& node,
   const std::string name = util::YamlString(node, origin, path);
   absl::StatusOr<const hw::GpuModel*> model = catalog.Resolve(name);
   if (!model.ok()) {
-    ThrowCoded(model.status().code(), origin, node, path, std::string(model.status().message()));
+    ThrowYamlError(origin, node, path, std::string(model.status().message()),
+                   model.status().code());
   }
   return (*model)->id;
 }
@@ -262,8 +225,8 @@ std::vector<PerfTable> ReadPerfList(const YAML::Node& list, std::string_view ori
     item.Finish();
     absl::StatusOr<PerfTable> table = ReadPerfCsv(ResolveCsvPath(base_dir, csv), model);
     if (!table.ok()) {
-      ThrowCoded(table.status().code(), origin, csv_node, item.PathOf("csv"),
-                 std::string(table.status().message()));
+      ThrowYamlError(origin, csv_node, item.PathOf("csv"), std::string(table.status().message()),
+                     table.status().code());
     }
     tables.push_back(*std::move(table));
   }
@@ -540,7 +503,7 @@ class CsvReader {
     text += ": ";
     if (!column.empty()) text += "column " + std::string(column) + ": ";
     text += message;
-    throw YamlError(text);
+    throw ParseError(text);
   }
 
   void ReadHeader(std::string_view line) {
@@ -666,8 +629,8 @@ class CsvReader {
 absl::StatusOr<WorkloadSet> ParseWorkloads(std::string_view text, std::string_view origin,
                                            const std::string& base_dir,
                                            const hw::Catalog& catalog) {
-  return Guard<WorkloadSet>(origin,
-                            [&] { return ReadWorkloadSet(text, origin, base_dir, catalog); });
+  return util::GuardParse<WorkloadSet>(
+      origin, [&] { return ReadWorkloadSet(text, origin, base_dir, catalog); });
 }
 
 absl::StatusOr<WorkloadSet> ReadWorkloadsFile(const std::string& path, const hw::Catalog& catalog) {
@@ -678,7 +641,7 @@ absl::StatusOr<WorkloadSet> ReadWorkloadsFile(const std::string& path, const hw:
 
 absl::StatusOr<Fleet> ParseFleet(std::string_view text, std::string_view origin,
                                  const hw::Catalog& catalog) {
-  return Guard<Fleet>(origin, [&] { return ReadFleetYaml(text, origin, catalog); });
+  return util::GuardParse<Fleet>(origin, [&] { return ReadFleetYaml(text, origin, catalog); });
 }
 
 absl::StatusOr<Fleet> ReadFleetFile(const std::string& path, const hw::Catalog& catalog) {
@@ -689,7 +652,8 @@ absl::StatusOr<Fleet> ReadFleetFile(const std::string& path, const hw::Catalog& 
 
 absl::StatusOr<PerfTable> ParsePerfCsv(std::string_view text, std::string_view origin,
                                        const std::string& gpu_model) {
-  return Guard<PerfTable>(origin, [&] { return CsvReader(origin, gpu_model).Read(text); });
+  return util::GuardParse<PerfTable>(origin,
+                                     [&] { return CsvReader(origin, gpu_model).Read(text); });
 }
 
 absl::StatusOr<PerfTable> ReadPerfCsv(const std::string& path, const std::string& gpu_model) {

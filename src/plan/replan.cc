@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gpuslice/util/parse_error.h"
 #include "planner.h"
 #include "yaml-cpp/yaml.h"
 
@@ -27,7 +28,7 @@ class StateReader {
                          const std::string& message) const {
     std::string where(origin_);
     if (at.IsDefined() && at.Mark().line >= 0) absl::StrAppend(&where, ":", at.Mark().line + 1);
-    throw std::runtime_error(absl::StrCat(where, ": ", path, ": ", message));
+    throw util::ParseError(absl::StrCat(where, ": ", path, ": ", message));
   }
   std::string String(const YAML::Node& map, const std::string& key, const std::string& path) const {
     const YAML::Node node = map[key];
@@ -137,8 +138,8 @@ absl::StatusOr<CurrentState> ParseCurrentState(std::string_view text, std::strin
   } catch (const YAML::Exception& error) {
     return absl::InvalidArgumentError(absl::StrCat(std::string(origin), ":", error.mark.line + 1,
                                                    ": not valid JSON/YAML: ", error.msg));
-  } catch (const std::runtime_error& error) {
-    return absl::InvalidArgumentError(error.what());
+  } catch (const util::ParseError& error) {
+    return util::StatusOf(error);
   }
 }
 

@@ -135,15 +135,8 @@ std::string Quote(std::string_view text) {
 }  // namespace
 
 absl::StatusOr<HooksFile> ParseHooksFile(std::string_view text, std::string_view origin) {
-  try {
-    const YAML::Node root = YAML::Load(std::string(text));
-    return ReadHooks(root, origin);
-  } catch (const util::YamlError& error) {
-    return absl::InvalidArgumentError(error.what());
-  } catch (const YAML::Exception& error) {
-    return absl::InvalidArgumentError(std::string(origin) + ":" +
-                                      std::to_string(error.mark.line + 1) + ": " + error.msg);
-  }
+  return util::GuardParse<HooksFile>(
+      origin, [&] { return ReadHooks(YAML::Load(std::string(text)), origin); });
 }
 
 std::string WriteHooksFile(const HooksFile& hooks) {

@@ -509,15 +509,8 @@ std::string FormatDeviceFilterId(std::uint32_t id) {
 }
 
 absl::StatusOr<MigConfigFile> ParseMigPartedConfig(std::string_view text, std::string_view origin) {
-  try {
-    const YAML::Node root = YAML::Load(std::string(text));
-    return ReadFile(root, origin);
-  } catch (const util::YamlError& error) {
-    return absl::InvalidArgumentError(error.what());
-  } catch (const YAML::Exception& error) {
-    return absl::InvalidArgumentError(std::string(origin) + ":" +
-                                      std::to_string(error.mark.line + 1) + ": " + error.msg);
-  }
+  return util::GuardParse<MigConfigFile>(
+      origin, [&] { return ReadFile(YAML::Load(std::string(text)), origin); });
 }
 
 std::string WriteMigPartedConfig(const MigConfigFile& file, OutputFormat format) {

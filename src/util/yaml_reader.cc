@@ -19,7 +19,7 @@ std::string FormatDouble(double value) {
 }  // namespace
 
 void ThrowYamlError(std::string_view origin, const YAML::Node& at, std::string_view path,
-                    std::string_view message) {
+                    std::string_view message, absl::StatusCode code) {
   std::string text(origin);
   if (at.IsDefined() && at.Mark().line >= 0) {
     text += ":" + std::to_string(at.Mark().line + 1);
@@ -29,7 +29,13 @@ void ThrowYamlError(std::string_view origin, const YAML::Node& at, std::string_v
     text += std::string(path) + ": ";
   }
   text += message;
-  throw YamlError(text);
+  throw ParseError(text, code);
+}
+
+absl::Status StatusOfYaml(const YAML::Exception& error, std::string_view origin) {
+  std::string message(origin);
+  if (error.mark.line >= 0) message += ":" + std::to_string(error.mark.line + 1);
+  return absl::InvalidArgumentError(message + ": " + error.msg);
 }
 
 YamlMap::YamlMap(const YAML::Node& node, std::string_view origin, std::string path)

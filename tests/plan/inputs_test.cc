@@ -798,17 +798,17 @@ TEST(InputsYamlDouble, ParsesAndChecksRanges) {
   try {
     map.Double("d", 0, 1);
     ADD_FAILURE() << "NaN accepted";
-  } catch (const util::YamlError& error) {
+  } catch (const util::ParseError& error) {
     EXPECT_THAT(error.what(), AllOf(HasSubstr("y.yaml:4:"), HasSubstr("top.d")));
   }
   try {
     map.Double("a", 0, 1);
     ADD_FAILURE() << "out of range accepted";
-  } catch (const util::YamlError& error) {
+  } catch (const util::ParseError& error) {
     EXPECT_THAT(error.what(), AllOf(HasSubstr("y.yaml:1:"), HasSubstr("outside [0, 1]")));
   }
-  EXPECT_THROW(map.Double("e", 0, 1), util::YamlError);
-  EXPECT_THROW(map.Double("missing", 0, 1), util::YamlError);
+  EXPECT_THROW(map.Double("e", 0, 1), util::ParseError);
+  EXPECT_THROW(map.Double("missing", 0, 1), util::ParseError);
   EXPECT_EQ(util::YamlDouble(root["c"], "y.yaml", "c", 0, 1e9), 1000);
 }
 

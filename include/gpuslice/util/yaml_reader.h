@@ -4,8 +4,9 @@
 // must have the expected type, and every error names the file, the line and the field, e.g.
 //   "gpus.yaml:42: gpus[3].mig.profiles[2].memory_mib: expected an integer, got 'lots'".
 //
-// Errors are thrown as YamlError inside a parser and must be turned into a Status at the parser's
-// public boundary (no exception leaves a layer). Not thread-safe; use one reader per thread.
+// Errors are thrown as util::ParseError (gpuslice/util/parse_error.h) inside a parser and turned
+// into a Status at the parser's public boundary (no exception leaves a layer). Not thread-safe;
+// use one reader per thread.
 #pragma once
 
 #include <cstdint>
@@ -16,23 +17,22 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "gpuslice/util/parse_error.h"
 #include "yaml-cpp/yaml.h"
 
 namespace gpuslice::util {
 
-class YamlError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 // "origin:line: path: message" (line is 1-based; omitted when the node has no position).
+// Throws a ParseError with `code`.
 [[noreturn]] void ThrowYamlError(std::string_view origin, const YAML::Node& at,
-                                 std::string_view path, std::string_view message);
+                                 std::string_view path, std::string_view message,
+                                 absl::StatusCode code = absl::StatusCode::kInvalidArgument);
 
 // A YAML mapping read field by field. Call Finish() when done to reject unknown keys.
 class YamlMap {
  public:
-  // Throws YamlError unless `node` is a mapping.
+  // Throws ParseError unless `node` is a mapping.
   YamlMap(const YAML::Node& node, std::string_view origin, std::string path);
 
   bool Has(std::string_view key) const;
@@ -55,7 +55,7 @@ class YamlMap {
   // Throws if the mapping has a key no accessor asked for.
   void Finish() const;
 
-  // Throws a YamlError located at `at` (or at the mapping) for `field` of this mapping.
+  // Throws a ParseError located at `at` (or at the mapping) for `field` of this mapping.
   [[noreturn]] void Fail(std::string_view field, std::string_view message) const;
   [[noreturn]] void Fail(const YAML::Node& at, std::string_view field,
                          std::string_view message) const;
@@ -77,5 +77,24 @@ std::int64_t YamlInt(const YAML::Node& node, std::string_view origin, std::strin
                      std::int64_t min, std::int64_t max);
 double YamlDouble(const YAML::Node& node, std::string_view origin, std::string_view path,
                   double min, double max);
+
+// yaml-cpp's own error (bad syntax, a failed conversion) as "origin:line: message".
+absl::Status StatusOfYaml(const YAML::Exception& error, std::string_view origin);
+
+// Runs `parse` (returning a T or a StatusOr<T>) and returns what it returns, or the Status of
+// what it threw: a ParseError's own, yaml-cpp's error as InvalidArgument located in `origin`, any
+// other exception as Internal. The public functions of parsers end in it.
+template <typename T, typename Parse>
+absl::StatusOr<T> GuardParse(std::string_view origin, Parse&& parse) {
+  try {
+    return parse();
+  } catch (const ParseError& error) {
+    return StatusOf(error);
+  } catch (const YAML::Exception& error) {
+    return StatusOfYaml(error, origin);
+  } catch (const std::exception& error) {
+    return absl::InternalError(std::string(origin) + ": " + error.what());
+  }
+}
 
 }  // namespace gpuslice::util
