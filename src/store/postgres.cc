@@ -134,7 +134,12 @@ class PostgresDatabase final : public Database {
     return Exec("BEGIN");
   }
   absl::Status Commit() override { return Exec("COMMIT"); }
-  absl::Status Rollback() override { return Exec("ROLLBACK"); }
+  // Nothing to undo after a COMMIT the server refused (it ended the transaction): no ROLLBACK,
+  // which would only draw a warning on stderr.
+  absl::Status Rollback() override {
+    if (PQtransactionStatus(conn_) == PQTRANS_IDLE) return absl::OkStatus();
+    return Exec("ROLLBACK");
+  }
 
  private:
   absl::Status Error(std::string_view sql, PGresult* result) const {

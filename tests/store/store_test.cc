@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gpuslice/store/database.h"
+#include "scalar.h"
 
 namespace gpuslice::store {
 namespace {
@@ -39,17 +40,6 @@ class StoreTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<Database>> db = OpenSqlite(path);
     EXPECT_TRUE(db.ok()) << db.status();
     return db.ok() ? *std::move(db) : nullptr;
-  }
-
-  // The single value of a one-row, one-column query.
-  static Value Scalar(Database& db, const std::string& sql, std::vector<Value> params = {}) {
-    absl::StatusOr<Result> result = db.Query(sql, params);
-    EXPECT_TRUE(result.ok()) << sql << ": " << result.status();
-    if (!result.ok() || result->rows.size() != 1 || result->rows[0].size() != 1) {
-      ADD_FAILURE() << sql << ": not one row of one column";
-      return Value{};
-    }
-    return result->rows[0][0];
   }
 
   std::string dir_;
