@@ -71,6 +71,18 @@ inline absl::StatusOr<nlohmann::json> Body(const http::Request& req,
   return body;
 }
 
+// A nested object of a body (`where` names it in the error): an object with only these fields.
+inline absl::Status Only(const nlohmann::json& item, const std::set<std::string>& allowed,
+                         const char* where) {
+  if (!item.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": an object"));
+  for (const auto& [key, value] : item.items()) {
+    if (!allowed.contains(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown field '", key, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Typed field readers: a missing field keeps the default; a wrong type is an error.
 template <typename T>
 absl::Status Field(const nlohmann::json& body, const char* name, T* out) {

@@ -1,5 +1,6 @@
 // Routes a request to the handler of its method and path pattern (a regular expression matched
-// against the whole path; its captures land in `request.matches`).
+// against the whole path; its captures land in `request.matches`). The API's routes are the rows
+// of src/api/routes.h, added by ApiServer (src/api/server.cc).
 //
 // Route answers: the first route whose method and pattern match runs; a path that some route
 // matches for another method answers 405 with `Allow`; any other path answers 404. Routes are
@@ -23,10 +24,9 @@ class Router {
  public:
   using Handler = std::function<void(const http::Request&, http::Response&)>;
 
-  void Get(const std::string& pattern, Handler h) { Add("GET", pattern, std::move(h)); }
-  void Put(const std::string& pattern, Handler h) { Add("PUT", pattern, std::move(h)); }
-  void Post(const std::string& pattern, Handler h) { Add("POST", pattern, std::move(h)); }
-  void Delete(const std::string& pattern, Handler h) { Add("DELETE", pattern, std::move(h)); }
+  void Add(std::string method, const std::string& pattern, Handler handler) {
+    routes_.push_back({std::move(method), std::regex(pattern), std::move(handler)});
+  }
 
   void Route(http::Request& request, http::Response& response) const {
     std::set<std::string> allowed;
@@ -55,9 +55,6 @@ class Router {
     std::regex pattern;
     Handler handler;
   };
-  void Add(std::string method, const std::string& pattern, Handler handler) {
-    routes_.push_back({std::move(method), std::regex(pattern), std::move(handler)});
-  }
   std::vector<Entry> routes_;
 };
 

@@ -2,7 +2,9 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "api/replies.h"
 #include "api/routes.h"
 #include "nlohmann/json.hpp"
@@ -11,8 +13,6 @@ namespace gpuslice::api {
 namespace {
 
 using nlohmann::json;
-
-constexpr char kName[] = R"([A-Za-z0-9._-]{1,64})";
 
 json UserJson(const alloc::UserInfo& user, std::int64_t now) {
   json out = {{"name", user.name},
@@ -80,33 +80,35 @@ void RotateToken(alloc::Service& service, const alloc::Caller& caller, const htt
   Reply(res, 200, out);
 }
 
+void ListUsers(alloc::Service& service, const alloc::Caller& caller, const http::Request&,
+               http::Response& res) {
+  absl::StatusOr<std::vector<alloc::UserInfo>> users = service.Users(caller);
+  if (!users.ok()) return Fail(res, users.status());
+  json out = json::array();
+  const std::int64_t now = EpochNow();
+  for (const alloc::UserInfo& user : *users) out.push_back(UserJson(user, now));
+  Reply(res, 200, {{"users", out}});
+}
+
+void RevokeUser(alloc::Service& service, const alloc::Caller& caller, const http::Request& req,
+                http::Response& res) {
+  if (absl::Status st = service.RevokeUser(caller, req.matches[1].str()); !st.ok()) {
+    return Fail(res, st);
+  }
+  Reply(res, 200, {{"revoked", req.matches[1].str()}});
+}
+
 }  // namespace
 
-void AddUserRoutes(Router& router, alloc::Service& service, const Authed& authed) {
-  router.Post("/v1/users",
-              authed([&service](const alloc::Caller& caller, const http::Request& req,
-                                http::Response& res) { CreateUser(service, caller, req, res); }));
-  router.Get("/v1/users", authed([&service](const alloc::Caller& caller, const http::Request&,
-                                            http::Response& res) {
-               absl::StatusOr<std::vector<alloc::UserInfo>> users = service.Users(caller);
-               if (!users.ok()) return Fail(res, users.status());
-               json out = json::array();
-               const std::int64_t now = EpochNow();
-               for (const alloc::UserInfo& user : *users) out.push_back(UserJson(user, now));
-               Reply(res, 200, {{"users", out}});
-             }));
-  router.Delete(
-      absl::StrCat("/v1/users/(", kName, ")"),
-      authed(
-          [&service](const alloc::Caller& caller, const http::Request& req, http::Response& res) {
-            if (absl::Status st = service.RevokeUser(caller, req.matches[1].str()); !st.ok()) {
-              return Fail(res, st);
-            }
-            Reply(res, 200, {{"revoked", req.matches[1].str()}});
-          }));
-  router.Post(absl::StrCat("/v1/users/(", kName, ")/rotate"),
-              authed([&service](const alloc::Caller& caller, const http::Request& req,
-                                http::Response& res) { RotateToken(service, caller, req, res); }));
+std::vector<Route> UserRoutes(alloc::Service& service) {
+  const std::string user = absl::StrCat("/v1/users/", kUserPattern);
+  return {
+      {"POST", "/v1/users", AdminOnly(), On(service, CreateUser)},
+      {"GET", "/v1/users", AnyRole(), On(service, ListUsers)},
+      {"DELETE", user, AdminOnly(), On(service, RevokeUser)},
+      // Admins rotate anyone's token, others only their own (alloc::Service::RotateToken).
+      {"POST", absl::StrCat(user, "/rotate"), AnyRole(), On(service, RotateToken)},
+  };
 }
 
 }  // namespace gpuslice::api

@@ -3,6 +3,8 @@
 // machine named in the path, and an admin — with the status each must get. The table below is
 // the test's own statement of who may do what (docs/SECURITY.md prints it); the test fails when
 // an operation of the OpenAPI file has no row, or a row names an operation the file lacks.
+// The API's route table (src/api/routes.h) is held to both: its routes are the OpenAPI file's
+// operations, and every identity whose role a route does not allow is walked as refused (403).
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -16,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "alloc/alloc_test_util.h"
 #include "api/api_fixture.h"
+#include "api/routes.h"
 #include "nlohmann/json.hpp"
 #include "place/place_test_util.h"
 
@@ -39,6 +42,13 @@ json Report() {
        json::array({json{
            {"index", 0}, {"uuid", GpuUuid("r1", 0)}, {"model", "H100-80GB"}, {"mig", true}}})}};
 }
+
+struct Row {
+  std::string operation;              // "METHOD /path/{template}" as in the OpenAPI file
+  std::function<std::string()> path;  // the concrete path (made fresh for each identity)
+  json body;                          // null: none
+  std::array<int, 5> expected;        // by Who
+};
 
 class AuthorizationWalk : public testing::ApiFixture {
  protected:
@@ -103,15 +113,114 @@ class AuthorizationWalk : public testing::ApiFixture {
     return "";
   }
 
+  // The walk's rows; their paths are made when called (a victim user for each identity).
+  std::vector<Row> Rows() {
+    const auto fixed = [](std::string p) { return [p] { return p; }; };
+    const auto victim = [this](std::string suffix) {
+      return [this, suffix] {
+        const std::string name = absl::StrCat("victim-", ++victims_);
+        EXPECT_FALSE(User(name, "team-a", "tenant").empty());
+        return absl::StrCat("/v1/users/", name, suffix);
+      };
+    };
+    // Statuses: 200/201/202 done; 401 no token; 403 role or machine refused; 404 another tenant's
+    // lease or queue entry (not even its existence is shown), or nothing there to report on.
+    return {
+        {"GET /v1/health", fixed("/v1/health"), json(), {200, 200, 200, 200, 200}},
+        {"GET /v1/inventory", fixed("/v1/inventory"), json(), {401, 200, 200, 200, 200}},
+        {"GET /v1/classes", fixed("/v1/classes"), json(), {401, 200, 200, 200, 200}},
+        {"PUT /v1/classes/{name}",
+         fixed("/v1/classes/walk"),
+         json{{"mig", {{"H100-80GB", "1g.10gb"}}}},
+         {401, 403, 403, 403, 200}},
+        {"DELETE /v1/classes/{name}", fixed("/v1/classes/walk"), json(), {401, 403, 403, 403, 200}},
+        {"GET /v1/tenants", fixed("/v1/tenants"), json(), {401, 200, 200, 200, 200}},
+        {"PUT /v1/tenants/{name}",
+         fixed("/v1/tenants/walk"),
+         json::object(),
+         {401, 403, 403, 403, 200}},
+        {"DELETE /v1/tenants/{name}", fixed("/v1/tenants/walk"), json(), {401, 403, 403, 403, 200}},
+        {"POST /v1/users", fixed("/v1/users"), json(), {401, 403, 403, 403, 201}},
+        {"GET /v1/users", fixed("/v1/users"), json(), {401, 200, 200, 200, 200}},
+        // Revoked and rotated: a user of team-a made for each identity, so no identity's own
+        // token changes.
+        {"DELETE /v1/users/{name}", victim(""), json(), {401, 403, 403, 403, 200}},
+        {"POST /v1/users/{name}/rotate",
+         victim("/rotate"),
+         json::object(),
+         {401, 403, 403, 403, 200}},
+        {"GET /v1/leases", fixed("/v1/leases"), json(), {401, 200, 200, 200, 200}},
+        {"POST /v1/leases",
+         fixed("/v1/leases"),
+         json{{"class", "nb"}, {"purpose", "walk"}, {"wait", false}},
+         {401, 201, 403, 403, 403}},
+        {"GET /v1/leases/{id}",
+         [&] { return "/v1/leases/" + AnnsLease(); },
+         json(),
+         {401, 404, 404, 404, 200}},
+        {"POST /v1/leases/{id}/renew",
+         [&] { return "/v1/leases/" + AnnsLease() + "/renew"; },
+         json{{"ttl_s", 600}},
+         {401, 404, 404, 404, 200}},
+        {"GET /v1/queue", fixed("/v1/queue"), json(), {401, 200, 200, 200, 200}},
+        {"DELETE /v1/queue/{id}",
+         [&] { return "/v1/queue/" + AnnsQueued(); },
+         json(),
+         {401, 404, 404, 404, 200}},
+        // Last of ann's: the admin's release ends her lease.
+        {"DELETE /v1/leases/{id}",
+         [&] { return "/v1/leases/" + AnnsLease(); },
+         json(),
+         {401, 404, 404, 404, 200}},
+        {"GET /v1/audit", fixed("/v1/audit"), json(), {401, 200, 403, 403, 200}},
+        {"GET /v1/nodes", fixed("/v1/nodes"), json(), {401, 403, 200, 200, 200}},
+        {"PUT /v1/nodes/{host}", fixed("/v1/nodes/r1"), Report(), {401, 403, 403, 200, 200}},
+        {"GET /v1/nodes/{host}/assignments",
+         fixed("/v1/nodes/r1/assignments"),
+         json(),
+         {401, 403, 403, 200, 200}},
+        {"POST /v1/nodes/{host}/bound",
+         fixed("/v1/nodes/r1/bound"),
+         json{{"leases", json::object()}},
+         {401, 403, 403, 200, 200}},
+        {"POST /v1/nodes/{host}/usage",
+         fixed("/v1/nodes/r1/usage"),
+         json{{"leases", json::object()}, {"valid_s", 60}},
+         {401, 403, 403, 200, 200}},
+        {"GET /v1/usage", fixed("/v1/usage"), json(), {401, 200, 403, 403, 200}},
+        {"GET /v1/nodes/{host}/layout",
+         fixed("/v1/nodes/r1/layout"),
+         json(),
+         {401, 403, 403, 200, 200}},
+        // The admin's layout is refused (409) for ann's leases on GPU 0: allowed, and answered.
+        {"PUT /v1/nodes/{host}/layout",
+         fixed("/v1/nodes/r1/layout"),
+         json{{"config",
+               "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n"
+               "      mig-devices: {\"7g.80gb\": 1}\n"},
+              {"name", "c"}},
+         {401, 403, 403, 403, 409}},
+        // No layout is set, so there is none to clear or report on (404) for those allowed to.
+        {"DELETE /v1/nodes/{host}/layout",
+         fixed("/v1/nodes/r1/layout"),
+         json(),
+         {401, 403, 403, 403, 404}},
+        {"POST /v1/nodes/{host}/layout/status",
+         fixed("/v1/nodes/r1/layout/status"),
+         json{{"generation", 1}, {"message", ""}},
+         {401, 403, 403, 404, 404}},
+        {"POST /v1/nodes/{host}/alerts",
+         fixed("/v1/nodes/r1/alerts"),
+         json{{"fired", json::array()}},
+         {401, 403, 403, 200, 200}},
+        {"GET /v1/alerts", fixed("/v1/alerts"), json(), {401, 200, 200, 200, 200}},
+        {"GET /metrics", fixed("/metrics"), json(), {401, 403, 200, 200, 200}},
+    };
+  }
+  int victims_ = 0;
+
   std::string other_tenant_;
   std::string other_agent_;
-};
-
-struct Row {
-  std::string operation;              // "METHOD /path/{template}" as in the OpenAPI file
-  std::function<std::string()> path;  // the concrete path (made fresh for each identity)
-  json body;                          // null: none
-  std::array<int, 5> expected;        // by Who
 };
 
 // Every "METHOD /path" of the OpenAPI file.
@@ -132,108 +241,7 @@ std::set<std::string> OpenApiOperations() {
 
 TEST_F(AuthorizationWalk, EveryOperationAsEveryIdentity) {
   int users = 0;
-  const auto fixed = [](std::string p) { return [p] { return p; }; };
-  int victims = 0;
-  const auto victim = [this, &victims](std::string suffix) {
-    return [this, &victims, suffix] {
-      const std::string name = absl::StrCat("victim-", ++victims);
-      EXPECT_FALSE(User(name, "team-a", "tenant").empty());
-      return absl::StrCat("/v1/users/", name, suffix);
-    };
-  };
-  // Statuses: 200/201/202 done; 401 no token; 403 role or machine refused; 404 another tenant's
-  // lease or queue entry (not even its existence is shown), or nothing there to report on.
-  const std::vector<Row> rows = {
-      {"GET /v1/health", fixed("/v1/health"), json(), {200, 200, 200, 200, 200}},
-      {"GET /v1/inventory", fixed("/v1/inventory"), json(), {401, 200, 200, 200, 200}},
-      {"GET /v1/classes", fixed("/v1/classes"), json(), {401, 200, 200, 200, 200}},
-      {"PUT /v1/classes/{name}",
-       fixed("/v1/classes/walk"),
-       json{{"mig", {{"H100-80GB", "1g.10gb"}}}},
-       {401, 403, 403, 403, 200}},
-      {"DELETE /v1/classes/{name}", fixed("/v1/classes/walk"), json(), {401, 403, 403, 403, 200}},
-      {"GET /v1/tenants", fixed("/v1/tenants"), json(), {401, 200, 200, 200, 200}},
-      {"PUT /v1/tenants/{name}",
-       fixed("/v1/tenants/walk"),
-       json::object(),
-       {401, 403, 403, 403, 200}},
-      {"DELETE /v1/tenants/{name}", fixed("/v1/tenants/walk"), json(), {401, 403, 403, 403, 200}},
-      {"POST /v1/users", fixed("/v1/users"), json(), {401, 403, 403, 403, 201}},
-      {"GET /v1/users", fixed("/v1/users"), json(), {401, 200, 200, 200, 200}},
-      // Revoked and rotated: a user of team-a made for each identity, so no identity's own
-      // token changes.
-      {"DELETE /v1/users/{name}", victim(""), json(), {401, 403, 403, 403, 200}},
-      {"POST /v1/users/{name}/rotate",
-       victim("/rotate"),
-       json::object(),
-       {401, 403, 403, 403, 200}},
-      {"GET /v1/leases", fixed("/v1/leases"), json(), {401, 200, 200, 200, 200}},
-      {"POST /v1/leases",
-       fixed("/v1/leases"),
-       json{{"class", "nb"}, {"purpose", "walk"}, {"wait", false}},
-       {401, 201, 403, 403, 403}},
-      {"GET /v1/leases/{id}",
-       [&] { return "/v1/leases/" + AnnsLease(); },
-       json(),
-       {401, 404, 404, 404, 200}},
-      {"POST /v1/leases/{id}/renew",
-       [&] { return "/v1/leases/" + AnnsLease() + "/renew"; },
-       json{{"ttl_s", 600}},
-       {401, 404, 404, 404, 200}},
-      {"GET /v1/queue", fixed("/v1/queue"), json(), {401, 200, 200, 200, 200}},
-      {"DELETE /v1/queue/{id}",
-       [&] { return "/v1/queue/" + AnnsQueued(); },
-       json(),
-       {401, 404, 404, 404, 200}},
-      // Last of ann's: the admin's release ends her lease.
-      {"DELETE /v1/leases/{id}",
-       [&] { return "/v1/leases/" + AnnsLease(); },
-       json(),
-       {401, 404, 404, 404, 200}},
-      {"GET /v1/audit", fixed("/v1/audit"), json(), {401, 200, 403, 403, 200}},
-      {"GET /v1/nodes", fixed("/v1/nodes"), json(), {401, 403, 200, 200, 200}},
-      {"PUT /v1/nodes/{host}", fixed("/v1/nodes/r1"), Report(), {401, 403, 403, 200, 200}},
-      {"GET /v1/nodes/{host}/assignments",
-       fixed("/v1/nodes/r1/assignments"),
-       json(),
-       {401, 403, 403, 200, 200}},
-      {"POST /v1/nodes/{host}/bound",
-       fixed("/v1/nodes/r1/bound"),
-       json{{"leases", json::object()}},
-       {401, 403, 403, 200, 200}},
-      {"POST /v1/nodes/{host}/usage",
-       fixed("/v1/nodes/r1/usage"),
-       json{{"leases", json::object()}, {"valid_s", 60}},
-       {401, 403, 403, 200, 200}},
-      {"GET /v1/usage", fixed("/v1/usage"), json(), {401, 200, 403, 403, 200}},
-      {"GET /v1/nodes/{host}/layout",
-       fixed("/v1/nodes/r1/layout"),
-       json(),
-       {401, 403, 403, 200, 200}},
-      // The admin's layout is refused (409) for ann's leases on GPU 0: allowed, and answered.
-      {"PUT /v1/nodes/{host}/layout",
-       fixed("/v1/nodes/r1/layout"),
-       json{{"config",
-             "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n"
-             "      mig-devices: {\"7g.80gb\": 1}\n"},
-            {"name", "c"}},
-       {401, 403, 403, 403, 409}},
-      // No layout is set, so there is none to clear or report on (404) for those allowed to.
-      {"DELETE /v1/nodes/{host}/layout",
-       fixed("/v1/nodes/r1/layout"),
-       json(),
-       {401, 403, 403, 403, 404}},
-      {"POST /v1/nodes/{host}/layout/status",
-       fixed("/v1/nodes/r1/layout/status"),
-       json{{"generation", 1}, {"message", ""}},
-       {401, 403, 403, 404, 404}},
-      {"POST /v1/nodes/{host}/alerts",
-       fixed("/v1/nodes/r1/alerts"),
-       json{{"fired", json::array()}},
-       {401, 403, 403, 200, 200}},
-      {"GET /v1/alerts", fixed("/v1/alerts"), json(), {401, 200, 200, 200, 200}},
-      {"GET /metrics", fixed("/metrics"), json(), {401, 403, 200, 200, 200}},
-  };
+  const std::vector<Row> rows = Rows();
   std::set<std::string> covered;
   for (const Row& row : rows) {
     EXPECT_TRUE(covered.insert(row.operation).second) << "two rows for " << row.operation;
@@ -258,6 +266,54 @@ TEST_F(AuthorizationWalk, EveryOperationAsEveryIdentity) {
     EXPECT_TRUE(documented.contains(op)) << op << " is walked but not in docs/api/openapi.yaml";
   }
   EXPECT_EQ(covered.size() * 5, 165u) << "operations x identities";
+}
+
+// "METHOD /a/{}/b": an operation with its path parameters unnamed; from the OpenAPI file's
+// "/a/{name}/b" or a route's pattern "/a/([a-z]+)/b" (each capture group a parameter).
+std::string Unnamed(const std::string& operation, char open, char close) {
+  std::string out;
+  int depth = 0;
+  for (char c : operation) {
+    if (c == open && depth++ == 0) out += "{}";
+    if (depth == 0) out += c;
+    if (c == close && depth > 0) --depth;
+  }
+  return out;
+}
+
+TEST_F(AuthorizationWalk, TheRouteTableIsTheOpenApiFileAndRefusesWhatTheWalkRefuses) {
+  ServerOptions options;
+  options.metrics = metrics_;
+  std::map<std::string, Access> table;  // by unnamed operation
+  for (const Route& route : RouteTable(*service_, options)) {
+    const std::string op = Unnamed(route.method + " " + route.pattern, '(', ')');
+    EXPECT_TRUE(table.emplace(op, route.access).second) << "two routes for " << op;
+  }
+  std::set<std::string> documented;
+  for (const std::string& op : OpenApiOperations()) documented.insert(Unnamed(op, '{', '}'));
+  for (const std::string& op : documented) {
+    EXPECT_TRUE(table.contains(op)) << op << " is in docs/api/openapi.yaml but has no route";
+  }
+  for (const auto& [op, access] : table) {
+    EXPECT_TRUE(documented.contains(op)) << op << " is routed but not in docs/api/openapi.yaml";
+  }
+  const std::map<Who, alloc::Role> role_of = {{kOtherTenant, alloc::Role::kTenant},
+                                              {kOtherAgent, alloc::Role::kAgent},
+                                              {kOwnAgent, alloc::Role::kAgent},
+                                              {kAdmin, alloc::Role::kAdmin}};
+  for (const Row& row : Rows()) {
+    auto it = table.find(Unnamed(row.operation, '{', '}'));
+    if (it == table.end()) continue;  // reported above
+    const Access& access = it->second;
+    EXPECT_EQ(row.expected[kNoOne] == 401, access.authenticate) << row.operation;
+    if (!access.authenticate) continue;
+    EXPECT_FALSE(access.refusal.empty() && access.roles.size() < 3) << row.operation;
+    for (const auto& [who, role] : role_of) {
+      if (!access.Allows(role)) {
+        EXPECT_EQ(row.expected[who], 403) << row.operation << " as " << kWho[who];
+      }
+    }
+  }
 }
 
 }  // namespace
