@@ -3,7 +3,9 @@
 // Every --interval seconds it collects the figures through the device backend (metrics::Collect),
 // reads where each MIG instance sits, fetches the leases from the allocation service when one is
 // configured (--server or $GPUSLICE_SERVER; a failure is a status line, never fatal), keeps the
-// idle clocks, and repaints the terminal in place. q or Ctrl-C quits and restores the terminal.
+// idle clocks, and repaints the terminal in place (top_screen.h: an overview line per GPU, the
+// details scrolled, sorted, the help screen; keys repaint at once without a new collection).
+// q or Ctrl-C quits and restores the terminal.
 // --once prints one frame without escape codes; --json prints one frame's data as JSON.
 #include <httplib.h>
 #include <poll.h>
@@ -24,6 +26,7 @@
 #include "common.h"
 #include "device_options.h"
 #include "gpuslice/metrics/collector.h"
+#include "top_screen.h"
 #include "top_view.h"
 
 namespace gpuslice::cli {
@@ -40,6 +43,7 @@ struct TopCommandOptions {
   bool no_color = false;
   bool processes = false;
   bool compact = false;
+  TopSort sort = TopSort::kIndex;
   int width = 0;  // 0: the terminal's, else $COLUMNS, else 120
   std::string server;
   std::string token;
@@ -252,7 +256,7 @@ class Sampler {
     input.title = "gpuslice top · " + host_ + " · " + backend_.Describe() + " · " +
                   std::to_string(input.machine.gpus.size()) + " GPU(s) · " + LocalTime();
     if (live) {
-      input.title += " · every " + Seconds(options_.interval_s) + " · q quits";
+      input.title += " · every " + Seconds(options_.interval_s) + " · ? help · q quits";
     }
     return input;
   }
@@ -281,24 +285,30 @@ class Sampler {
   std::deque<device::XidEvent> xids_;  // the last few, so that one stays on screen a while
 };
 
-// Waits up to `seconds` for q, a signal or a resize. Returns false when the user asked to quit.
-bool Wait(double seconds, bool keys) {
-  const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                        std::chrono::duration<double>(seconds));
+// Waits until `deadline` for a key, a signal or a resize; the keys read are appended to `keys`.
+// Returns false on a signal (Ctrl-C, SIGTERM, SIGHUP).
+bool Wait(Clock::time_point deadline, bool read_keys, std::string* keys) {
   while (g_stop == 0) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0 || g_resized != 0) return true;
     pollfd fd{STDIN_FILENO, POLLIN, 0};
-    const int ready = poll(keys ? &fd : nullptr, keys ? 1 : 0, static_cast<int>(left.count()));
+    const int ready =
+        poll(read_keys ? &fd : nullptr, read_keys ? 1 : 0, static_cast<int>(left.count()));
     if (ready > 0 && (fd.revents & POLLIN) != 0) {
-      char key = 0;
-      while (read(STDIN_FILENO, &key, 1) == 1) {
-        if (key == 'q' || key == 'Q') return false;
+      char buffer[64];
+      for (ssize_t n = 0; (n = read(STDIN_FILENO, buffer, sizeof buffer)) > 0;) {
+        keys->append(buffer, static_cast<std::size_t>(n));
       }
+      if (!keys->empty()) return true;
     }
   }
   return false;
+}
+
+Clock::time_point After(double seconds) {
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
 void Paint(const std::vector<std::string>& lines) {
@@ -323,7 +333,9 @@ int Run(const GlobalOptions& global, const TopCommandOptions& options) {
   std::this_thread::sleep_for(std::chrono::duration<double>(std::min(options.interval_s, 0.25)));
 
   if (options.json) {
-    PrintJson(TopJson(sampler.Next(false)));
+    TopInput input = sampler.Next(false);
+    SortGpus(options.sort, input);
+    PrintJson(TopJson(input));
     return kExitOk;
   }
   TopOptions view;
@@ -335,11 +347,14 @@ int Run(const GlobalOptions& global, const TopCommandOptions& options) {
     const int frames = options.once ? 1 : options.iterations;
     for (int frame = 0; (frames == 0 || frame < frames) && g_stop == 0; ++frame) {
       if (frame > 0) {
-        if (!Wait(options.interval_s, false)) break;
+        std::string ignored;
+        if (!Wait(After(options.interval_s), false, &ignored)) break;
         std::cout << "\n";
       }
       view.width = Width(options, tty);
-      for (const std::string& line : RenderTop(sampler.Next(false), view)) {
+      TopInput input = sampler.Next(false);
+      SortGpus(options.sort, input);
+      for (const std::string& line : RenderTop(input, view)) {
         std::cout << line << "\n";
       }
       std::cout << std::flush;
@@ -350,22 +365,28 @@ int Run(const GlobalOptions& global, const TopCommandOptions& options) {
   view.color = !options.no_color && Env("NO_COLOR").empty() && Env("TERM") != "dumb";
   InstallSignals();
   LiveTerminal terminal;
-  for (int frame = 0; options.iterations == 0 || frame < options.iterations; ++frame) {
-    if (frame > 0 && !Wait(options.interval_s, terminal.keys())) break;
+  TopScreen screen;
+  screen.sort = options.sort;
+  screen.drawing = view.drawing;
+  screen.processes = view.processes;
+  TopInput input;
+  Clock::time_point next_sample = Clock::now();
+  for (int frame = 0; g_stop == 0;) {
+    if (Clock::now() >= next_sample) {
+      input = sampler.Next(true);
+      ++frame;
+      next_sample = After(options.interval_s);
+    }
     g_resized = 0;
-    if (g_stop != 0) break;
     const TerminalSize size = SizeOf(STDOUT_FILENO);
     view.width = Width(options, true);
-    TopInput input = sampler.Next(true);
-    std::vector<std::string> lines = RenderTop(input, view);
-    if (size.rows > 0 && lines.size() > size.rows && view.drawing) {
-      // Too tall: drop the drawings before dropping lines.
-      TopOptions compact = view;
-      compact.drawing = false;
-      lines = RenderTop(input, compact);
-    }
-    if (size.rows > 0 && lines.size() > size.rows) lines.resize(size.rows);
-    Paint(lines);
+    Paint(ComposeScreen(input, view, screen, size.rows > 0 ? size.rows : 24));
+    if (options.iterations != 0 && frame >= options.iterations) break;
+    std::string keys;
+    if (!Wait(next_sample, terminal.keys(), &keys)) break;
+    bool quit = false;
+    for (TopKey key : ParseTopKeys(keys)) quit = quit || !ApplyTopKey(key, screen);
+    if (quit) break;
   }
   return kExitOk;
 }
@@ -377,7 +398,9 @@ void AddTopCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   CLI::App* command = app.add_subcommand(
       "top",
       "Watch the GPUs and their slices live: a drawing of the MIG instances, memory bars, SM "
-      "activity, processes, idle time and the lease (tenant) holding each; q or Ctrl-C quits");
+      "activity, processes, idle time and the lease (tenant) holding each. Keys: arrows/j/k and "
+      "PgUp/PgDn scroll, s sorts (index, memory, sm, idle), d drawings, p processes, ? help, q "
+      "or Ctrl-C quits");
   AddDeviceOptions(*command, options->device);
   command->add_option("--interval", options->interval_s, "Seconds between refreshes (default 1)")
       ->check(CLI::Range(0.1, 3600.0));
@@ -394,6 +417,14 @@ void AddTopCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   command->add_flag("--no-color", options->no_color, "No colours (also: NO_COLOR set)");
   command->add_flag("--processes", options->processes, "A line per process under its device");
   command->add_flag("--compact", options->compact, "Leave out the drawing of each MIG GPU");
+  std::map<std::string, TopSort> sorts;
+  for (int i = 0; i < kTopSorts; ++i)
+    sorts[TopSortName(static_cast<TopSort>(i))] = static_cast<TopSort>(i);
+  command
+      ->add_option("--sort", options->sort,
+                   "GPU order: index (default), memory (most used first), sm (most active first) "
+                   "or idle (longest idle first); s changes it live")
+      ->transform(CLI::CheckedTransformer(sorts));
   command
       ->add_option("--width", options->width,
                    "Columns per line (default: the terminal's, else $COLUMNS, else 120)")

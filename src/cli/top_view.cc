@@ -522,4 +522,135 @@ std::map<std::string, std::vector<DeviceLease>> LeasesByDevice(const json& reply
   return out;
 }
 
+namespace {
+
+// The GPU's units as the overview strip draws them, or "-".
+std::string UnitStrip(const TopInput& input, const metrics::GpuFigures& gpu) {
+  const GpuPlacements* placements = Find(input.placements, gpu.index);
+  if (placements == nullptr || placements->model == nullptr || !placements->model->mig) return "-";
+  std::vector<std::string> units(static_cast<std::size_t>(placements->model->mig->placement_units),
+                                 "·");
+  for (const device::GpuInstanceInfo& gi : placements->gis) {
+    bool busy = false;
+    for (const metrics::InstanceFigures& instance : gpu.instances) {
+      if (instance.gi != gi.id) continue;
+      const std::vector<DeviceLease>* leases = Find(input.leases, DeviceKey(gpu, instance));
+      busy = instance.processes.value_or(0) > 0 || (leases != nullptr && !leases->empty());
+    }
+    for (int unit = gi.start; unit < gi.start + gi.size && unit < static_cast<int>(units.size());
+         ++unit) {
+      units[static_cast<std::size_t>(unit)] = busy ? "█" : "▒";
+    }
+  }
+  std::string text;
+  for (const std::string& unit : units) text += unit;
+  return text;
+}
+
+std::size_t LeasedDevices(const TopInput& input, const metrics::GpuFigures& gpu) {
+  std::size_t leased = 0;
+  auto count = [&](const std::string& key) {
+    const std::vector<DeviceLease>* leases = Find(input.leases, key);
+    if (leases != nullptr && !leases->empty()) ++leased;
+  };
+  if (!gpu.mig) count(DeviceKey(gpu));
+  for (const metrics::InstanceFigures& instance : gpu.instances) count(DeviceKey(gpu, instance));
+  return leased;
+}
+
+// The driver's name without its "NVIDIA " prefix, which every GPU here shares.
+std::string ShortName(const std::string& name) {
+  constexpr std::string_view kPrefix = "NVIDIA ";
+  return name.rfind(kPrefix, 0) == 0 ? name.substr(kPrefix.size()) : name;
+}
+
+std::string OverviewLine(const TopInput& input, const metrics::GpuFigures& gpu, bool color) {
+  std::string line =
+      Paint("GPU " + std::to_string(gpu.index), kBold, color) + " " + ShortName(gpu.name);
+  if (gpu.lost) return line + " " + Paint("LOST", kRed, color);
+  line += gpu.mig ? " MIG " + UnitStrip(input, gpu) + " " + std::to_string(gpu.instances.size()) +
+                        " inst, "
+                  : " whole, ";
+  line += std::to_string(LeasedDevices(input, gpu)) + " leased, ";
+  const std::string used = gpu.memory_used_mib.has_value() ? Gib(*gpu.memory_used_mib) : "-";
+  const std::string total = gpu.memory_total_mib.has_value() ? Gib(*gpu.memory_total_mib) : "-";
+  line += used + "/" + total + " GiB, sm " + Activity(gpu.activity) + ", " +
+          OrDash(gpu.telemetry.temperature_c, "C");
+  return line;
+}
+
+// The longest idle time of the GPU's devices, or -1 when none is known.
+std::int64_t LongestIdle(const TopInput& input, const metrics::GpuFigures& gpu) {
+  std::int64_t longest = -1;
+  auto take = [&](const std::string& key) {
+    if (const Idle* idle = Find(input.idle, key); idle != nullptr) {
+      longest = std::max(longest, idle->seconds);
+    }
+  };
+  take(DeviceKey(gpu));
+  for (const metrics::InstanceFigures& instance : gpu.instances) take(DeviceKey(gpu, instance));
+  return longest;
+}
+
+// The figure a GPU is sorted by, larger first; nullopt sorts last.
+std::optional<double> SortFigure(TopSort sort, const TopInput& input,
+                                 const metrics::GpuFigures& gpu) {
+  switch (sort) {
+    case TopSort::kIndex:
+      return -static_cast<double>(gpu.index);
+    case TopSort::kMemory:
+      if (!gpu.memory_used_mib.has_value()) return std::nullopt;
+      return static_cast<double>(*gpu.memory_used_mib);
+    case TopSort::kActivity:
+      if (!gpu.activity.has_value()) return std::nullopt;
+      return gpu.activity->sm_active_pct;
+    case TopSort::kIdle: {
+      const std::int64_t idle = LongestIdle(input, gpu);
+      if (idle < 0) return std::nullopt;
+      return static_cast<double>(idle);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<std::string> RenderOverview(const TopInput& input, const TopOptions& options) {
+  std::vector<std::string> lines;
+  for (const metrics::GpuFigures& gpu : input.machine.gpus) {
+    lines.push_back(Fit(OverviewLine(input, gpu, options.color), options.width));
+  }
+  return lines;
+}
+
+const char* TopSortName(TopSort sort) {
+  switch (sort) {
+    case TopSort::kIndex:
+      return "index";
+    case TopSort::kMemory:
+      return "memory";
+    case TopSort::kActivity:
+      return "sm";
+    case TopSort::kIdle:
+      return "idle";
+  }
+  return "index";
+}
+
+void SortGpus(TopSort sort, TopInput& input) {
+  std::vector<metrics::GpuFigures>& gpus = input.machine.gpus;
+  std::vector<std::pair<std::optional<double>, std::size_t>> keys;
+  for (std::size_t i = 0; i < gpus.size(); ++i)
+    keys.emplace_back(SortFigure(sort, input, gpus[i]), i);
+  std::stable_sort(keys.begin(), keys.end(), [&](const auto& a, const auto& b) {
+    if (a.first.has_value() != b.first.has_value()) return a.first.has_value();
+    if (a.first.has_value() && *a.first != *b.first) return *a.first > *b.first;
+    return gpus[a.second].index < gpus[b.second].index;
+  });
+  std::vector<metrics::GpuFigures> sorted;
+  sorted.reserve(gpus.size());
+  for (const auto& key : keys) sorted.push_back(std::move(gpus[key.second]));
+  gpus = std::move(sorted);
+}
+
 }  // namespace gpuslice::cli

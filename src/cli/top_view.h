@@ -86,6 +86,22 @@ std::vector<std::string> RenderTop(const TopInput& input, const TopOptions& opti
 // ...}]}], xids, errors, status}. Absent figures are null.
 nlohmann::json TopJson(const TopInput& input);
 
+// One line per GPU, so that a whole 8-GPU node fits a terminal above the details:
+//   GPU 0  NVIDIA H100 80GB HBM3  MIG ██▒▒····  4 inst · 1 leased · mem 10.00/79.65 GiB · sm 12% ·
+//   41C
+// The strip has one column per placement unit: █ an instance with processes or a lease, ▒ an idle
+// instance, · a free unit ("-" when the placements are unknown). Each line fits options.width.
+std::vector<std::string> RenderOverview(const TopInput& input, const TopOptions& options);
+
+// The order of the GPUs in a frame: by index, most memory used, most SM activity, or the longest
+// idle device first (a GPU counts its longest idle instance). Unknown figures sort last; ties keep
+// index order.
+enum class TopSort { kIndex, kMemory, kActivity, kIdle };
+inline constexpr int kTopSorts = 4;
+// "index", "memory", "sm", "idle".
+const char* TopSortName(TopSort sort);
+void SortGpus(TopSort sort, TopInput& input);
+
 // "42s", "5m07s", "3h05m", "2d04h"; a leading "≥" when `at_least`.
 std::string IdleText(const Idle& idle);
 
