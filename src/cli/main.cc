@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "common.h"
+#include "gpuslice/util/suggest.h"
 
 namespace gpuslice::cli {
 // gpuslice top (command_top.cc).
@@ -17,6 +18,52 @@ void AddExtenderCommand(CLI::App& app, const GlobalOptions& global, Action* acti
 void AddDevicePluginCommand(CLI::App& app, const GlobalOptions& global, Action* action);
 // gpuslice dra-driver (command_dra_driver.cc).
 void AddDraDriverCommand(CLI::App& app, const GlobalOptions& global, Action* action);
+
+namespace {
+
+// The command the parse reached ("gpuslice admin tenant") and its App.
+CLI::App* Deepest(CLI::App& app, std::string* path) {
+  CLI::App* deepest = &app;
+  *path = app.get_name();
+  for (std::vector<CLI::App*> parsed = app.get_subcommands(); !parsed.empty();
+       parsed = deepest->get_subcommands()) {
+    deepest = parsed.front();
+    *path += " " + deepest->get_name();
+  }
+  return deepest;
+}
+
+// After a failed parse, for the first word left over: when the command reached has subcommands
+// and the word is none of them, "unknown command 'relase' for 'gpuslice'; did you mean
+// 'release'?"; for an unknown --option, the same with its options. Empty otherwise (CLI11's own
+// message is then the right one).
+std::string UnknownWord(CLI::App& app) {
+  std::string path;
+  CLI::App* deepest = Deepest(app, &path);
+  std::vector<std::string> commands;
+  for (const CLI::App* sub : deepest->get_subcommands({})) {
+    if (!sub->get_group().empty()) commands.push_back(sub->get_name());
+  }
+  std::vector<std::string> options;
+  for (const CLI::Option* option : deepest->get_options()) {
+    for (const std::string& name : option->get_lnames()) options.push_back("--" + name);
+  }
+  for (const std::string& word : deepest->remaining()) {
+    const bool is_option = word.rfind("--", 0) == 0;
+    if (word.empty() || (!is_option && (word.front() == '-' || commands.empty()))) continue;
+    const std::string name = is_option ? word.substr(0, word.find('=')) : word;
+    std::string message = std::string(is_option ? "unknown option '" : "unknown command '") + name +
+                          "' for '" + path + "'";
+    const std::string hint =
+        gpuslice::util::DidYouMean(gpuslice::util::Closest(name, is_option ? options : commands));
+    if (!hint.empty()) message += "; " + hint;
+    return message + "\nRun '" + path + " --help' for its " +
+           (is_option ? "options." : "commands.");
+  }
+  return "";
+}
+
+}  // namespace
 }  // namespace gpuslice::cli
 
 int main(int argc, char** argv) {
@@ -86,6 +133,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
+    if (const std::string unknown = UnknownWord(app); !unknown.empty()) {
+      PrintError(unknown);
+      return kExitBadInput;
+    }
     const int code = app.exit(error);
     return code == 0 ? kExitOk : kExitBadInput;
   }

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "absl/status/status.h"
+#include "gpuslice/util/suggest.h"
 #include "gpuslice/util/yaml_reader.h"
 
 namespace gpuslice::embedded {
@@ -389,21 +390,6 @@ std::optional<std::uint16_t> ParseUserPciId(std::string_view text) {
   return static_cast<std::uint16_t>(value);
 }
 
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 std::vector<std::string> AllNames(const GpuModel& model) {
   std::vector<std::string> names = {model.id, model.display_name};
   names.insert(names.end(), model.aliases.begin(), model.aliases.end());
@@ -545,7 +531,7 @@ std::vector<std::string> Catalog::Suggest(std::string_view name, size_t limit) c
     size_t best = SIZE_MAX;
     for (const std::string& candidate : AllNames(model)) {
       const std::string normalized = NormalizeName(candidate);
-      size_t distance = EditDistance(key, normalized);
+      size_t distance = util::EditDistance(key, normalized);
       // A name that contains what the user typed (e.g. "a100" in "a10040gb") is a strong match.
       if (key.size() >= 2 && normalized.find(key) != std::string::npos) distance = 0;
       best = std::min(best, distance);
