@@ -109,13 +109,9 @@ std::string LossText(const Report& report, const Loss& loss) {
   return text;
 }
 
-}  // namespace
-
-std::string RenderText(const Report& report, const TextOptions& options) {
+// The headline: what was planned on what, the GPUs used and their cost.
+std::string HeadlineText(const Report& report) {
   std::string out;
-  const std::string cost_unit =
-      report.costs_given ? report.currency
-                         : "no costs given: every GPU counts 1 per hour, so costs are GPU-hours";
   out += "gpuslice plan: " + Plural(Int(report.workloads.size()), "workload", "workloads") +
          " on " + Plural(report.gpus_in_fleet, "GPU", "GPUs") + " in " +
          Plural(report.nodes, "node", "nodes") + ".\n";
@@ -133,186 +129,214 @@ std::string RenderText(const Report& report, const TextOptions& options) {
     out += "NOT PLACED: " + Plural(Int(report.unplaced.size()), "workload", "workloads") +
            " (see Unplaced).\n";
   }
+  return out;
+}
 
-  // Sizing.
-  out += "\nSizing\n";
-  {
-    TextTable table({"WORKLOAD", "TENANT", "KIND", "DEMAND", "MIN", "PLACED AS"});
+std::string SizingText(const Report& report, const TextOptions& options) {
+  std::string out = "\nSizing\n";
+  TextTable table({"WORKLOAD", "TENANT", "KIND", "DEMAND", "MIN", "PLACED AS"});
+  for (const ReportWorkload& workload : report.workloads) {
+    std::string placed_as = workload.placed ? "" : "NOT PLACED";
+    for (const std::string& kind : workload.placed_as)
+      placed_as += (placed_as.empty() ? "" : ", ") + kind;
+    table.Add({workload.name, workload.tenant, workload.kind, Demand(workload),
+               std::to_string(workload.min_instances), placed_as});
+  }
+  out += table.Render("  ");
+  if (options.explanations) {
     for (const ReportWorkload& workload : report.workloads) {
-      std::string placed_as = workload.placed ? "" : "NOT PLACED";
-      for (const std::string& kind : workload.placed_as)
-        placed_as += (placed_as.empty() ? "" : ", ") + kind;
-      table.Add({workload.name, workload.tenant, workload.kind, Demand(workload),
-                 std::to_string(workload.min_instances), placed_as});
-    }
-    out += table.Render("  ");
-    if (options.explanations) {
-      for (const ReportWorkload& workload : report.workloads) {
-        if (workload.explanation.empty()) continue;
-        out += "  " + workload.name + ":\n";
-        for (const std::string& line : workload.explanation) out += "    " + line + "\n";
-      }
+      if (workload.explanation.empty()) continue;
+      out += "  " + workload.name + ":\n";
+      for (const std::string& line : workload.explanation) out += "    " + line + "\n";
     }
   }
+  return out;
+}
 
-  // Plan.
-  out += "\nPlan\n";
-  {
-    bool any_kept = false;
-    for (const ReportGpu& gpu : report.gpus) {
-      for (const ReportInstance& instance : gpu.instances) any_kept = any_kept || instance.kept;
-    }
-    std::vector<std::string> header = {"NODE",  "GPU", "MODEL",    "MODE",   "INSTANCE",
-                                       "START", "GI",  "WORKLOAD", "TENANT", "CAPACITY"};
-    if (any_kept) header.push_back("RE-PLAN");
-    TextTable table(header);
-    table.RightAlign(1);
-    table.RightAlign(5);
-    table.RightAlign(6);
-    table.RightAlign(9);
-    int unused = 0;
-    std::map<std::string, bool> by_throughput;
-    for (const ReportWorkload& workload : report.workloads)
-      by_throughput[workload.name] = workload.by_throughput;
-    for (const ReportGpu& gpu : report.gpus) {
-      if (!gpu.used) {
-        ++unused;
-        if (options.unused_gpus) {
-          table.Add(
-              {gpu.node, std::to_string(gpu.index), gpu.model, "unused", "", "", "", "", "", ""});
-        }
-        continue;
-      }
-      bool first = true;
-      for (const ReportInstance& instance : gpu.instances) {
-        std::string capacity = Capacity(by_throughput[instance.workload], instance.capacity);
-        if (instance.batch > 0) capacity += " (batch " + std::to_string(instance.batch) + ")";
-        table.Add({first ? gpu.node : "", first ? std::to_string(gpu.index) : "",
-                   first ? gpu.model : "", first ? (gpu.mig_enabled ? "MIG" : "whole") : "",
-                   instance.profile, instance.gi_id >= 0 ? std::to_string(instance.start) : "",
-                   instance.gi_id >= 0 ? std::to_string(instance.gi_id) : "", instance.workload,
-                   instance.tenant, capacity, instance.kept ? "kept" : "new"});
-        first = false;
-      }
-    }
-    out += table.Render("  ");
-    if (unused > 0 && !options.unused_gpus) {
-      out += "  " + Plural(unused, "GPU is", "GPUs are") + " not used (MIG disabled, free).\n";
-    }
+bool AnyInstanceKept(const Report& report) {
+  bool any_kept = false;
+  for (const ReportGpu& gpu : report.gpus) {
+    for (const ReportInstance& instance : gpu.instances) any_kept = any_kept || instance.kept;
   }
+  return any_kept;
+}
 
-  // Cost.
-  out += "\nCost (" + cost_unit + ")\n";
-  {
-    const std::string per_month = report.costs_given ? "PER MONTH" : "GPU-HOURS/MONTH";
-    TextTable table({"", "GPUS", report.costs_given ? "PER HOUR" : "GPUS/HOUR", per_month,
-                     report.costs_given ? "PLAN SAVES/MONTH" : "GPU-HOURS SAVED/MONTH",
-                     "GPUS SAVED"});
-    for (size_t c = 1; c < 6; ++c) table.RightAlign(c);
-    table.Add({"this plan", std::to_string(report.gpus_used), Money(report, report.cost_per_hour),
-               Money(report, report.cost_per_month), "", ""});
-    for (const Baseline& baseline : report.baselines) {
-      table.Add({baseline.name, std::to_string(baseline.gpus),
-                 Money(report, baseline.cost_per_hour), Money(report, baseline.cost_per_month),
-                 Money(report, baseline.saved_per_month), std::to_string(baseline.gpus_saved)});
-    }
-    out += table.Render("  ");
-    for (const Baseline& baseline : report.baselines) {
-      std::string by_model;
-      for (const auto& [model, count] : baseline.gpus_by_model)
-        by_model += (by_model.empty() ? "" : ", ") + std::to_string(count) + " x " + model;
-      out += "  " + baseline.name + ": " + baseline.description + (by_model.empty() ? "" : ": ") +
-             by_model + ".\n";
-      for (const std::string& note : baseline.notes) out += "    note: " + note + "\n";
-    }
+// One row per instance of a used GPU, the GPU's columns on its first row only.
+void AddGpuRows(const ReportGpu& gpu, std::map<std::string, bool>& by_throughput,
+                TextTable& table) {
+  bool first = true;
+  for (const ReportInstance& instance : gpu.instances) {
+    std::string capacity = Capacity(by_throughput[instance.workload], instance.capacity);
+    if (instance.batch > 0) capacity += " (batch " + std::to_string(instance.batch) + ")";
+    table.Add({first ? gpu.node : "", first ? std::to_string(gpu.index) : "",
+               first ? gpu.model : "", first ? (gpu.mig_enabled ? "MIG" : "whole") : "",
+               instance.profile, instance.gi_id >= 0 ? std::to_string(instance.start) : "",
+               instance.gi_id >= 0 ? std::to_string(instance.gi_id) : "", instance.workload,
+               instance.tenant, capacity, instance.kept ? "kept" : "new"});
+    first = false;
   }
+}
 
-  // Utilisation.
-  out += "\nUtilisation (of the used GPUs)\n";
+std::string PlanText(const Report& report, const TextOptions& options) {
+  std::string out = "\nPlan\n";
+  std::vector<std::string> header = {"NODE",  "GPU", "MODEL",    "MODE",   "INSTANCE",
+                                     "START", "GI",  "WORKLOAD", "TENANT", "CAPACITY"};
+  if (AnyInstanceKept(report)) header.push_back("RE-PLAN");
+  TextTable table(header);
+  table.RightAlign(1);
+  table.RightAlign(5);
+  table.RightAlign(6);
+  table.RightAlign(9);
+  int unused = 0;
+  std::map<std::string, bool> by_throughput;
+  for (const ReportWorkload& workload : report.workloads)
+    by_throughput[workload.name] = workload.by_throughput;
+  for (const ReportGpu& gpu : report.gpus) {
+    if (!gpu.used) {
+      ++unused;
+      if (options.unused_gpus) {
+        table.Add(
+            {gpu.node, std::to_string(gpu.index), gpu.model, "unused", "", "", "", "", "", ""});
+      }
+      continue;
+    }
+    AddGpuRows(gpu, by_throughput, table);
+  }
+  out += table.Render("  ");
+  if (unused > 0 && !options.unused_gpus) {
+    out += "  " + Plural(unused, "GPU is", "GPUs are") + " not used (MIG disabled, free).\n";
+  }
+  return out;
+}
+
+std::string CostText(const Report& report) {
+  const std::string cost_unit =
+      report.costs_given ? report.currency
+                         : "no costs given: every GPU counts 1 per hour, so costs are GPU-hours";
+  std::string out = "\nCost (" + cost_unit + ")\n";
+  const std::string per_month = report.costs_given ? "PER MONTH" : "GPU-HOURS/MONTH";
+  TextTable table({"", "GPUS", report.costs_given ? "PER HOUR" : "GPUS/HOUR", per_month,
+                   report.costs_given ? "PLAN SAVES/MONTH" : "GPU-HOURS SAVED/MONTH",
+                   "GPUS SAVED"});
+  for (size_t c = 1; c < 6; ++c) table.RightAlign(c);
+  table.Add({"this plan", std::to_string(report.gpus_used), Money(report, report.cost_per_hour),
+             Money(report, report.cost_per_month), "", ""});
+  for (const Baseline& baseline : report.baselines) {
+    table.Add({baseline.name, std::to_string(baseline.gpus), Money(report, baseline.cost_per_hour),
+               Money(report, baseline.cost_per_month), Money(report, baseline.saved_per_month),
+               std::to_string(baseline.gpus_saved)});
+  }
+  out += table.Render("  ");
+  for (const Baseline& baseline : report.baselines) {
+    std::string by_model;
+    for (const auto& [model, count] : baseline.gpus_by_model)
+      by_model += (by_model.empty() ? "" : ", ") + std::to_string(count) + " x " + model;
+    out += "  " + baseline.name + ": " + baseline.description + (by_model.empty() ? "" : ": ") +
+           by_model + ".\n";
+    for (const std::string& note : baseline.notes) out += "    note: " + note + "\n";
+  }
+  return out;
+}
+
+std::string UtilisationText(const Report& report) {
+  std::string out = "\nUtilisation (of the used GPUs)\n";
   out += "  Compute: " + std::to_string(report.compute_slices_used) + " of " +
          std::to_string(report.compute_slices_total) + " compute slices (" +
          Percent(report.compute_utilisation) + ")\n";
   out += "  Memory:  " + Fixed(report.memory_needed_gib, 1) + " of " +
          Fixed(report.memory_total_gib, 1) + " GiB (" + Percent(report.memory_utilisation) +
          "): workload peaks with headroom, whole instances for throughput workloads\n";
+  return out;
+}
 
-  // Stranded capacity.
-  out += "\nStranded capacity\n";
-  {
-    bool any = false;
-    for (const ReportGpu& gpu : report.gpus) {
-      if (!gpu.used || !gpu.mig_enabled || gpu.free_units.empty()) continue;
-      any = true;
-      std::string line = "  " + GpuLabel(gpu.node, gpu.index) + " (" + gpu.model +
-                         "): " + UnitsText(gpu.free_units) + " free";
-      if (!gpu.free_profiles.empty()) {
-        std::string profiles;
-        for (const auto& [name, count] : gpu.free_profiles)
-          profiles += (profiles.empty() ? "" : ", ") + std::to_string(count) + " x " + name;
-        line += "; still fits (each alone) " + profiles;
-      }
-      if (!gpu.unusable_units.empty()) {
-        line += "; " + UnitsText(gpu.unusable_units) + " unusable by any profile";
-      }
-      out += line + "\n";
-    }
-    if (!any) out += "  none: every used MIG GPU is full\n";
+// One used MIG GPU with free units: what is free, what still fits, what no profile can use.
+std::string StrandedLine(const ReportGpu& gpu) {
+  std::string line = "  " + GpuLabel(gpu.node, gpu.index) + " (" + gpu.model +
+                     "): " + UnitsText(gpu.free_units) + " free";
+  if (!gpu.free_profiles.empty()) {
+    std::string profiles;
+    for (const auto& [name, count] : gpu.free_profiles)
+      profiles += (profiles.empty() ? "" : ", ") + std::to_string(count) + " x " + name;
+    line += "; still fits (each alone) " + profiles;
   }
-
-  // Redundancy.
-  out += "\nRedundancy\n";
-  {
-    TextTable table({"WORKLOAD", "INSTANCES", "GPUS", "NODES", "CAPACITY", "DEMAND", ""});
-    for (size_t c = 1; c < 6; ++c) table.RightAlign(c);
-    for (const ReportWorkload& workload : report.workloads) {
-      if (!workload.placed) continue;
-      std::string flag;
-      if (workload.single_point_of_failure)
-        flag = "single point of failure (one GPU)";
-      else if (workload.nodes == 1 && report.nodes > 1)
-        flag = "one node";
-      table.Add({workload.name, std::to_string(workload.instances), std::to_string(workload.gpus),
-                 std::to_string(workload.nodes),
-                 Capacity(workload.by_throughput, workload.capacity),
-                 Capacity(workload.by_throughput, workload.demand), flag});
-    }
-    out += table.Render("  ");
-    if (report.single_points_of_failure.empty()) {
-      out += "  No workload has all its instances on one GPU.\n";
-    } else {
-      out += "  Single points of failure: " + JoinNames(report.single_points_of_failure, 20) + "\n";
-    }
-    if (report.worst_gpu_loss) {
-      const Loss& loss = *report.worst_gpu_loss;
-      out += "  Worst single GPU loss: " + GpuLabel(loss.node, loss.gpu) + " (" +
-             Plural(loss.workloads_below_demand, "workload", "workloads") + " below demand)" +
-             LossText(report, loss) + "\n";
-    }
-    if (report.worst_node_loss && report.nodes > 1) {
-      const Loss& loss = *report.worst_node_loss;
-      out += "  Worst node loss: " + loss.node + " (" +
-             Plural(loss.workloads_below_demand, "workload", "workloads") + " below demand)" +
-             LossText(report, loss) + "\n";
-    }
+  if (!gpu.unusable_units.empty()) {
+    line += "; " + UnitsText(gpu.unusable_units) + " unusable by any profile";
   }
+  return line + "\n";
+}
 
-  // Does MIG pay off.
-  out += "\nDoes MIG pay off here?\n";
+std::string StrandedText(const Report& report) {
+  std::string out = "\nStranded capacity\n";
+  bool any = false;
+  for (const ReportGpu& gpu : report.gpus) {
+    if (!gpu.used || !gpu.mig_enabled || gpu.free_units.empty()) continue;
+    any = true;
+    out += StrandedLine(gpu);
+  }
+  if (!any) out += "  none: every used MIG GPU is full\n";
+  return out;
+}
+
+std::string RedundancyTable(const Report& report) {
+  TextTable table({"WORKLOAD", "INSTANCES", "GPUS", "NODES", "CAPACITY", "DEMAND", ""});
+  for (size_t c = 1; c < 6; ++c) table.RightAlign(c);
+  for (const ReportWorkload& workload : report.workloads) {
+    if (!workload.placed) continue;
+    std::string flag;
+    if (workload.single_point_of_failure)
+      flag = "single point of failure (one GPU)";
+    else if (workload.nodes == 1 && report.nodes > 1)
+      flag = "one node";
+    table.Add({workload.name, std::to_string(workload.instances), std::to_string(workload.gpus),
+               std::to_string(workload.nodes), Capacity(workload.by_throughput, workload.capacity),
+               Capacity(workload.by_throughput, workload.demand), flag});
+  }
+  return table.Render("  ");
+}
+
+std::string RedundancyText(const Report& report) {
+  std::string out = "\nRedundancy\n";
+  out += RedundancyTable(report);
+  if (report.single_points_of_failure.empty()) {
+    out += "  No workload has all its instances on one GPU.\n";
+  } else {
+    out += "  Single points of failure: " + JoinNames(report.single_points_of_failure, 20) + "\n";
+  }
+  if (report.worst_gpu_loss) {
+    const Loss& loss = *report.worst_gpu_loss;
+    out += "  Worst single GPU loss: " + GpuLabel(loss.node, loss.gpu) + " (" +
+           Plural(loss.workloads_below_demand, "workload", "workloads") + " below demand)" +
+           LossText(report, loss) + "\n";
+  }
+  if (report.worst_node_loss && report.nodes > 1) {
+    const Loss& loss = *report.worst_node_loss;
+    out += "  Worst node loss: " + loss.node + " (" +
+           Plural(loss.workloads_below_demand, "workload", "workloads") + " below demand)" +
+           LossText(report, loss) + "\n";
+  }
+  return out;
+}
+
+std::string ChecklistText(const Report& report) {
+  std::string out = "\nDoes MIG pay off here?\n";
   for (const ChecklistItem& item : report.checklist) {
     const std::string mark = !item.favours_mig ? "[ ]" : (*item.favours_mig ? "[+]" : "[-]");
     out += "  " + mark + " " + item.question + ": " + item.answer + "\n";
   }
   out += "  ([+] argues for MIG, [-] against, [ ] for information)\n";
   out += "  Verdict: " + report.verdict + "\n";
+  return out;
+}
 
-  // Unplaced.
-  if (!report.unplaced.empty()) {
-    out += "\nUnplaced\n";
-    for (const auto& [name, reason] : report.unplaced) out += "  " + name + ": " + reason + "\n";
-  }
+std::string UnplacedText(const Report& report) {
+  if (report.unplaced.empty()) return "";
+  std::string out = "\nUnplaced\n";
+  for (const auto& [name, reason] : report.unplaced) out += "  " + name + ": " + reason + "\n";
+  return out;
+}
 
-  // Notes.
-  out += "\nNotes\n";
+std::string NotesText(const Report& report) {
+  std::string out = "\nNotes\n";
   out += "  Solver: " + (report.solver.empty() ? std::string("?") : report.solver) + " in " +
          Fixed(report.solve_seconds, 2) + " s; ";
   if (report.proven_optimal) {
@@ -325,6 +349,14 @@ std::string RenderText(const Report& report, const TextOptions& options) {
   }
   for (const std::string& note : report.notes) out += "  " + note + "\n";
   return out;
+}
+
+}  // namespace
+
+std::string RenderText(const Report& report, const TextOptions& options) {
+  return HeadlineText(report) + SizingText(report, options) + PlanText(report, options) +
+         CostText(report) + UtilisationText(report) + StrandedText(report) +
+         RedundancyText(report) + ChecklistText(report) + UnplacedText(report) + NotesText(report);
 }
 
 }  // namespace gpuslice::plan
