@@ -46,9 +46,30 @@ nlohmann::json PairsJson(const std::vector<std::pair<std::string, int>>& pairs) 
   return json;
 }
 
-}  // namespace
+nlohmann::json LossesJson(const std::vector<Loss>& losses) {
+  nlohmann::json json = nlohmann::json::array();
+  for (const Loss& loss : losses) json.push_back(LossJson(loss));
+  return json;
+}
 
-nlohmann::json ToJson(const Report& report) {
+nlohmann::json InstancesJson(const ReportGpu& gpu) {
+  nlohmann::json instances = nlohmann::json::array();
+  for (const ReportInstance& i : gpu.instances) {
+    instances.push_back({{"profile", i.profile},
+                         {"start", i.start},
+                         {"gi_id", i.gi_id >= 0 ? nlohmann::json(i.gi_id) : nullptr},
+                         {"compute_slices", i.compute_slices},
+                         {"memory_gib", Round(i.memory_gib, 2)},
+                         {"workload", i.workload},
+                         {"tenant", i.tenant},
+                         {"capacity", Round(i.capacity, 4)},
+                         {"batch", i.batch},
+                         {"kept", i.kept}});
+  }
+  return instances;
+}
+
+nlohmann::json WorkloadsJson(const Report& report) {
   nlohmann::json workloads = nlohmann::json::array();
   for (const ReportWorkload& w : report.workloads) {
     workloads.push_back({{"name", w.name},
@@ -67,21 +88,13 @@ nlohmann::json ToJson(const Report& report) {
                          {"nodes", w.nodes},
                          {"single_point_of_failure", w.single_point_of_failure}});
   }
+  return workloads;
+}
+
+nlohmann::json GpusJson(const Report& report) {
   nlohmann::json gpus = nlohmann::json::array();
   for (const ReportGpu& gpu : report.gpus) {
-    nlohmann::json instances = nlohmann::json::array();
-    for (const ReportInstance& i : gpu.instances) {
-      instances.push_back({{"profile", i.profile},
-                           {"start", i.start},
-                           {"gi_id", i.gi_id >= 0 ? nlohmann::json(i.gi_id) : nullptr},
-                           {"compute_slices", i.compute_slices},
-                           {"memory_gib", Round(i.memory_gib, 2)},
-                           {"workload", i.workload},
-                           {"tenant", i.tenant},
-                           {"capacity", Round(i.capacity, 4)},
-                           {"batch", i.batch},
-                           {"kept", i.kept}});
-    }
+    const nlohmann::json instances = InstancesJson(gpu);
     gpus.push_back({{"node", gpu.node},
                     {"gpu", gpu.index},
                     {"model", gpu.model},
@@ -99,6 +112,10 @@ nlohmann::json ToJson(const Report& report) {
                     {"free_profiles", PairsJson(gpu.free_profiles)},
                     {"unusable_units", gpu.unusable_units}});
   }
+  return gpus;
+}
+
+nlohmann::json BaselinesJson(const Report& report) {
   nlohmann::json baselines = nlohmann::json::array();
   for (const Baseline& b : report.baselines) {
     baselines.push_back({{"name", b.name},
@@ -113,10 +130,10 @@ nlohmann::json ToJson(const Report& report) {
                          {"exceeds_fleet", b.exceeds_fleet},
                          {"notes", b.notes}});
   }
-  nlohmann::json gpu_losses = nlohmann::json::array();
-  for (const Loss& loss : report.gpu_losses) gpu_losses.push_back(LossJson(loss));
-  nlohmann::json node_losses = nlohmann::json::array();
-  for (const Loss& loss : report.node_losses) node_losses.push_back(LossJson(loss));
+  return baselines;
+}
+
+nlohmann::json ChecklistJson(const Report& report) {
   nlohmann::json checklist = nlohmann::json::array();
   for (const ChecklistItem& item : report.checklist) {
     checklist.push_back(
@@ -125,10 +142,20 @@ nlohmann::json ToJson(const Report& report) {
          {"answer", item.answer},
          {"favours_mig", item.favours_mig ? nlohmann::json(*item.favours_mig) : nullptr}});
   }
+  return checklist;
+}
+
+nlohmann::json UnplacedJson(const Report& report) {
   nlohmann::json unplaced = nlohmann::json::array();
   for (const auto& [name, reason] : report.unplaced)
     unplaced.push_back({{"workload", name}, {"reason", reason}});
 
+  return unplaced;
+}
+
+}  // namespace
+
+nlohmann::json ToJson(const Report& report) {
   return {
       {"summary",
        {{"currency", report.currency},
@@ -141,9 +168,9 @@ nlohmann::json ToJson(const Report& report) {
         {"whole_gpus", report.whole_gpus},
         {"cost_per_hour", Round(report.cost_per_hour, 2)},
         {"cost_per_month", Round(report.cost_per_month, 2)}}},
-      {"workloads", workloads},
-      {"gpus", gpus},
-      {"baselines", baselines},
+      {"workloads", WorkloadsJson(report)},
+      {"gpus", GpusJson(report)},
+      {"baselines", BaselinesJson(report)},
       {"utilisation",
        {{"compute_slices_used", report.compute_slices_used},
         {"compute_slices_total", report.compute_slices_total},
@@ -156,14 +183,14 @@ nlohmann::json ToJson(const Report& report) {
         {"gpus_with_unusable_units", report.gpus_with_unusable_units}}},
       {"redundancy",
        {{"single_points_of_failure", report.single_points_of_failure},
-        {"gpu_losses", gpu_losses},
-        {"node_losses", node_losses},
+        {"gpu_losses", LossesJson(report.gpu_losses)},
+        {"node_losses", LossesJson(report.node_losses)},
         {"worst_gpu_loss",
          report.worst_gpu_loss ? LossJson(*report.worst_gpu_loss) : nlohmann::json(nullptr)},
         {"worst_node_loss",
          report.worst_node_loss ? LossJson(*report.worst_node_loss) : nlohmann::json(nullptr)}}},
-      {"mig_pays_off", {{"checklist", checklist}, {"verdict", report.verdict}}},
-      {"unplaced", unplaced},
+      {"mig_pays_off", {{"checklist", ChecklistJson(report)}, {"verdict", report.verdict}}},
+      {"unplaced", UnplacedJson(report)},
       {"solver",
        {{"name", report.solver},
         {"solve_seconds", Round(report.solve_seconds, 3)},
