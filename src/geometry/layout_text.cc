@@ -109,6 +109,155 @@ absl::StatusOr<std::pair<std::string, int>> SplitStart(std::string_view text,
   return std::make_pair(Trim(text.substr(0, at)), *start);
 }
 
+// Takes a leading count ("2x" or "2*") off `rest`; 1 when there is none.
+absl::StatusOr<int> TakeCount(std::string_view& rest, const std::string& token) {
+  size_t digits = 0;
+  while (digits < rest.size() && std::isdigit(static_cast<unsigned char>(rest[digits]))) ++digits;
+  if (digits > 0 && digits < rest.size() && (rest[digits] == 'x' || rest[digits] == '*')) {
+    std::optional<int> n = ParseInt(rest.substr(0, digits));
+    if (!n || *n < 1 || *n > kMaxInstances) {
+      return absl::InvalidArgumentError("bad count in '" + token + "'");
+    }
+    rest.remove_prefix(digits + 1);
+    return *n;
+  }
+  return 1;
+}
+
+// The compute-instance items between the brackets, split on ',' and '+'.
+std::vector<std::string> SplitCiParts(const std::string& inner) {
+  std::string part;
+  std::vector<std::string> parts;
+  for (char c : inner) {
+    if (c == ',' || c == '+') {
+      parts.push_back(Trim(part));
+      part.clear();
+    } else {
+      part.push_back(c);
+    }
+  }
+  parts.push_back(Trim(part));
+  return parts;
+}
+
+std::string CiProfileNames(const CiShape& ci_shape) {
+  std::string names;
+  for (const hw::CiProfile& ci : ci_shape.profiles())
+    names += (names.empty() ? "" : ", ") + ci.name;
+  return names;
+}
+
+// "3g.40gb@4[1c,2c]": a GPU instance with its compute instances given in brackets.
+absl::Status AddBracketItem(const Shape& shape, std::string_view rest, size_t bracket,
+                            const std::string& token, int repeat, ParsedLayout& parsed) {
+  if (rest.back() != ']') {
+    return absl::InvalidArgumentError("'" + token + "': text after ']'");
+  }
+  const std::string inner(rest.substr(bracket + 1, rest.size() - bracket - 2));
+  rest = rest.substr(0, bracket);
+  const std::vector<std::string> parts = SplitCiParts(inner);
+  std::vector<CiItem> cis;
+  for (const std::string& ci_text : parts) {
+    absl::StatusOr<std::pair<std::string, int>> ci_split = SplitStart(ci_text, token);
+    if (!ci_split.ok()) return ci_split.status();
+    if (ci_split->first.empty()) {
+      return absl::InvalidArgumentError("empty compute-instance name in '" + token + "'");
+    }
+    cis.push_back({-1, ci_split->second});
+  }
+  // Resolve CI names.
+  absl::StatusOr<std::pair<std::string, int>> gi_split = SplitStart(rest, token);
+  if (!gi_split.ok()) return gi_split.status();
+  absl::StatusOr<int> gi = ResolveProfile(shape, Lower(gi_split->first), token);
+  if (!gi.ok()) return gi.status();
+  CiShape ci_shape(shape.mig(), shape.profile(*gi));
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const std::string ci_name = Lower(SplitStart(parts[k], token)->first);
+    const int index = ci_shape.Find(ci_name);
+    if (index < 0) {
+      return absl::NotFoundError("compute-instance profile '" + ci_name + "' in '" + token +
+                                 "' does not exist in a " + shape.profile(*gi).name +
+                                 " GPU instance; it has " + CiProfileNames(ci_shape));
+    }
+    cis[k].ci = index;
+  }
+  for (int r = 0; r < repeat; ++r) {
+    parsed.items.push_back({*gi, gi_split->second, cis, token});
+  }
+  return absl::OkStatus();
+}
+
+// Adds compute instance `ci` to the open GPU instance of its profile when it still fits there;
+// false when there is none or it does not fit.
+bool JoinOpenGroup(const CiShape& ci_shape, int gi, int ci, const std::string& token,
+                   const std::map<int, size_t>& open_ci_group, ParsedLayout& parsed) {
+  auto open = open_ci_group.find(gi);
+  if (open == open_ci_group.end()) return false;
+  LayoutItem& item = parsed.items[open->second];
+  std::vector<std::uint8_t> wanted;
+  for (const CiItem& existing : item.cis) wanted.push_back(static_cast<std::uint8_t>(existing.ci));
+  wanted.push_back(static_cast<std::uint8_t>(ci));
+  if (!ci_shape.Place(wanted)) return false;
+  item.cis.push_back({ci, -1});
+  item.text += "," + token;
+  return true;
+}
+
+// mig-parted style CI device name, e.g. 1c.3g.40gb: joins the open GPU instance of its profile
+// while it fits, else opens a new one.
+absl::Status AddCiDeviceItem(const Shape& shape, const std::pair<std::string, std::string>& ci_name,
+                             int start, const std::string& token, int repeat,
+                             std::map<int, size_t>& open_ci_group, ParsedLayout& parsed) {
+  absl::StatusOr<int> gi = ResolveProfile(shape, ci_name.second, token);
+  if (!gi.ok()) return gi.status();
+  CiShape ci_shape(shape.mig(), shape.profile(*gi));
+  const int ci = ci_shape.Find(ci_name.first);
+  if (ci < 0) {
+    return absl::NotFoundError("compute-instance profile '" + ci_name.first +
+                               "' does not exist in a " + shape.profile(*gi).name +
+                               " GPU instance");
+  }
+  if (start >= 0) {
+    return absl::InvalidArgumentError(
+        "'" + token + "': give the GPU instance's placement with bracket syntax, e.g. " +
+        shape.profile(*gi).name + "@4[" + ci_name.first + "]");
+  }
+  for (int r = 0; r < repeat; ++r) {
+    if (!JoinOpenGroup(ci_shape, *gi, ci, token, open_ci_group, parsed)) {
+      open_ci_group[*gi] = parsed.items.size();
+      parsed.items.push_back({*gi, -1, {CiItem{ci, -1}}, token});
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One comma-separated item of the layout text.
+absl::Status AddItem(const Shape& shape, const std::string& token,
+                     std::map<int, size_t>& open_ci_group, ParsedLayout& parsed) {
+  std::string_view rest = token;
+  absl::StatusOr<int> repeat = TakeCount(rest, token);
+  if (!repeat.ok()) return repeat.status();
+  const size_t bracket = rest.find('[');
+  if (bracket != std::string_view::npos) {
+    return AddBracketItem(shape, rest, bracket, token, *repeat, parsed);
+  }
+  absl::StatusOr<std::pair<std::string, int>> split = SplitStart(rest, token);
+  if (!split.ok()) return split.status();
+  const std::string name = Lower(split->first);
+  if (name.empty()) return absl::InvalidArgumentError("missing profile in '" + token + "'");
+  if (std::optional<std::pair<std::string, std::string>> ci_name = SplitCiDeviceName(name)) {
+    return AddCiDeviceItem(shape, *ci_name, split->second, token, *repeat, open_ci_group, parsed);
+  }
+  absl::StatusOr<int> gi = ResolveProfile(shape, name, token);
+  if (!gi.ok()) return gi.status();
+  if (split->second >= 0 && *repeat > 1) {
+    return absl::InvalidArgumentError("'" + token +
+                                      "': a count and a placement start cannot be combined");
+  }
+  for (int r = 0; r < *repeat; ++r) parsed.items.push_back({*gi, split->second, {}, token});
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ParsedLayout> ParseLayout(const Shape& shape, std::string_view text) {
@@ -124,118 +273,9 @@ absl::StatusOr<ParsedLayout> ParseLayout(const Shape& shape, std::string_view te
       return absl::InvalidArgumentError("empty item in layout '" + std::string(text) +
                                         "' (two commas in a row?)");
     }
-    std::string_view rest = token;
-    int repeat = 1;
-    size_t digits = 0;
-    while (digits < rest.size() && std::isdigit(static_cast<unsigned char>(rest[digits]))) ++digits;
-    if (digits > 0 && digits < rest.size() && (rest[digits] == 'x' || rest[digits] == '*')) {
-      std::optional<int> n = ParseInt(rest.substr(0, digits));
-      if (!n || *n < 1 || *n > kMaxInstances) {
-        return absl::InvalidArgumentError("bad count in '" + token + "'");
-      }
-      repeat = *n;
-      rest.remove_prefix(digits + 1);
+    if (absl::Status status = AddItem(shape, token, open_ci_group, parsed); !status.ok()) {
+      return status;
     }
-    std::vector<CiItem> cis;
-    const size_t bracket = rest.find('[');
-    if (bracket != std::string_view::npos) {
-      if (rest.back() != ']') {
-        return absl::InvalidArgumentError("'" + token + "': text after ']'");
-      }
-      const std::string inner(rest.substr(bracket + 1, rest.size() - bracket - 2));
-      rest = rest.substr(0, bracket);
-      std::string part;
-      std::vector<std::string> parts;
-      for (char c : inner) {
-        if (c == ',' || c == '+') {
-          parts.push_back(Trim(part));
-          part.clear();
-        } else {
-          part.push_back(c);
-        }
-      }
-      parts.push_back(Trim(part));
-      for (const std::string& ci_text : parts) {
-        absl::StatusOr<std::pair<std::string, int>> ci_split = SplitStart(ci_text, token);
-        if (!ci_split.ok()) return ci_split.status();
-        if (ci_split->first.empty()) {
-          return absl::InvalidArgumentError("empty compute-instance name in '" + token + "'");
-        }
-        cis.push_back({-1, ci_split->second});
-      }
-      // Resolve CI names.
-      absl::StatusOr<std::pair<std::string, int>> gi_split = SplitStart(rest, token);
-      if (!gi_split.ok()) return gi_split.status();
-      absl::StatusOr<int> gi = ResolveProfile(shape, Lower(gi_split->first), token);
-      if (!gi.ok()) return gi.status();
-      CiShape ci_shape(shape.mig(), shape.profile(*gi));
-      for (size_t k = 0; k < parts.size(); ++k) {
-        const std::string ci_name = Lower(SplitStart(parts[k], token)->first);
-        const int index = ci_shape.Find(ci_name);
-        if (index < 0) {
-          std::string names;
-          for (const hw::CiProfile& ci : ci_shape.profiles())
-            names += (names.empty() ? "" : ", ") + ci.name;
-          return absl::NotFoundError("compute-instance profile '" + ci_name + "' in '" + token +
-                                     "' does not exist in a " + shape.profile(*gi).name +
-                                     " GPU instance; it has " + names);
-        }
-        cis[k].ci = index;
-      }
-      for (int r = 0; r < repeat; ++r) {
-        parsed.items.push_back({*gi, gi_split->second, cis, token});
-      }
-      continue;
-    }
-    absl::StatusOr<std::pair<std::string, int>> split = SplitStart(rest, token);
-    if (!split.ok()) return split.status();
-    const std::string name = Lower(split->first);
-    if (name.empty()) return absl::InvalidArgumentError("missing profile in '" + token + "'");
-    // mig-parted style CI device name, e.g. 1c.3g.40gb.
-    if (std::optional<std::pair<std::string, std::string>> ci_name = SplitCiDeviceName(name)) {
-      absl::StatusOr<int> gi = ResolveProfile(shape, ci_name->second, token);
-      if (!gi.ok()) return gi.status();
-      CiShape ci_shape(shape.mig(), shape.profile(*gi));
-      const int ci = ci_shape.Find(ci_name->first);
-      if (ci < 0) {
-        return absl::NotFoundError("compute-instance profile '" + ci_name->first +
-                                   "' does not exist in a " + shape.profile(*gi).name +
-                                   " GPU instance");
-      }
-      if (split->second >= 0) {
-        return absl::InvalidArgumentError(
-            "'" + token + "': give the GPU instance's placement with bracket syntax, e.g. " +
-            shape.profile(*gi).name + "@4[" + ci_name->first + "]");
-      }
-      for (int r = 0; r < repeat; ++r) {
-        auto open = open_ci_group.find(*gi);
-        bool added = false;
-        if (open != open_ci_group.end()) {
-          LayoutItem& item = parsed.items[open->second];
-          std::vector<std::uint8_t> wanted;
-          for (const CiItem& existing : item.cis)
-            wanted.push_back(static_cast<std::uint8_t>(existing.ci));
-          wanted.push_back(static_cast<std::uint8_t>(ci));
-          if (ci_shape.Place(wanted)) {
-            item.cis.push_back({ci, -1});
-            item.text += "," + token;
-            added = true;
-          }
-        }
-        if (!added) {
-          open_ci_group[*gi] = parsed.items.size();
-          parsed.items.push_back({*gi, -1, {CiItem{ci, -1}}, token});
-        }
-      }
-      continue;
-    }
-    absl::StatusOr<int> gi = ResolveProfile(shape, name, token);
-    if (!gi.ok()) return gi.status();
-    if (split->second >= 0 && repeat > 1) {
-      return absl::InvalidArgumentError("'" + token +
-                                        "': a count and a placement start cannot be combined");
-    }
-    for (int r = 0; r < repeat; ++r) parsed.items.push_back({*gi, split->second, {}, token});
   }
   if (parsed.items.size() > static_cast<size_t>(kMaxInstances)) {
     return absl::InvalidArgumentError("layout has " + std::to_string(parsed.items.size()) +
