@@ -167,14 +167,8 @@ constexpr std::string_view kPlacementSyntax =
 
 // ---------------------------------------------------------------------------------------- reading
 
-ConfigEntry ReadEntry(const YAML::Node& node, std::string_view origin, const std::string& path) {
-  CheckMapKeys(node, origin, path,
-               {"device-filter", "devices", "mig-enabled", "mig-devices", "gpuslice-placements"});
-  YamlMap map(node, origin, path);
-  ConfigEntry entry;
-  entry.line = node.Mark().line >= 0 ? node.Mark().line + 1 : 0;
-
-  // device-filter: a string or a list of strings.
+// device-filter: a string or a list of strings.
+void ReadDeviceFilter(YamlMap& map, std::string_view origin, ConfigEntry& entry) {
   const YAML::Node filter = map.OptionalNode("device-filter");
   if (filter.IsDefined() && !filter.IsNull()) {
     const std::string filter_path = map.PathOf("device-filter");
@@ -205,8 +199,10 @@ ConfigEntry ReadEntry(const YAML::Node& node, std::string_view origin, const std
       entry.device_filter.push_back(*id);
     }
   }
+}
 
-  // devices: "all" or a list of GPU indices.
+// devices: "all" or a list of GPU indices.
+void ReadDevices(YamlMap& map, std::string_view origin, ConfigEntry& entry) {
   const YAML::Node devices = map.Node("devices");
   const std::string devices_path = map.PathOf("devices");
   if (devices.IsScalar()) {
@@ -230,12 +226,11 @@ ConfigEntry ReadEntry(const YAML::Node& node, std::string_view origin, const std
   } else {
     ThrowYamlError(origin, devices, devices_path, "expected 'all' or a list of GPU indices");
   }
+}
 
-  // mig-enabled: required boolean.
-  const YAML::Node enabled = map.Node("mig-enabled");
-  entry.mig_enabled = ReadBool(enabled, origin, map.PathOf("mig-enabled"));
-
-  // mig-devices: required map when enabled; absent or empty when disabled.
+// mig-devices: required map when enabled; absent or empty when disabled.
+void ReadMigDevices(const YAML::Node& node, YamlMap& map, std::string_view origin,
+                    ConfigEntry& entry) {
   const YAML::Node mig_devices = map.OptionalNode("mig-devices");
   const std::string mig_devices_path = map.PathOf("mig-devices");
   const bool has_mig_devices = mig_devices.IsDefined() && !mig_devices.IsNull();
@@ -270,8 +265,10 @@ ConfigEntry ReadEntry(const YAML::Node& node, std::string_view origin, const std
       entry.mig_devices.push_back({name, static_cast<int>(count)});
     }
   }
+}
 
-  // gpuslice-placements: optional list of "<gi>@<start>".
+// gpuslice-placements: optional list of "<gi>@<start>".
+void ReadPlacements(YamlMap& map, std::string_view origin, ConfigEntry& entry) {
   const std::string placements_path = map.PathOf("gpuslice-placements");
   const YAML::Node placements = map.OptionalNode("gpuslice-placements");
   if (placements.IsDefined() && !placements.IsNull()) {
@@ -293,6 +290,22 @@ ConfigEntry ReadEntry(const YAML::Node& node, std::string_view origin, const std
                      "must be absent or empty when mig-enabled is false");
     }
   }
+}
+
+ConfigEntry ReadEntry(const YAML::Node& node, std::string_view origin, const std::string& path) {
+  CheckMapKeys(node, origin, path,
+               {"device-filter", "devices", "mig-enabled", "mig-devices", "gpuslice-placements"});
+  YamlMap map(node, origin, path);
+  ConfigEntry entry;
+  entry.line = node.Mark().line >= 0 ? node.Mark().line + 1 : 0;
+  ReadDeviceFilter(map, origin, entry);
+  ReadDevices(map, origin, entry);
+  // mig-enabled: required boolean.
+  const YAML::Node enabled = map.Node("mig-enabled");
+  entry.mig_enabled = ReadBool(enabled, origin, map.PathOf("mig-enabled"));
+
+  ReadMigDevices(node, map, origin, entry);
+  ReadPlacements(map, origin, entry);
   map.Finish();
   return entry;
 }
