@@ -223,7 +223,10 @@ const std::vector<std::pair<std::uint64_t, std::string>>& ThrottleReasonNames() 
   return kNames;
 }
 
-std::vector<Family> Families(const MachineFigures& machine, const std::vector<Holder>& holders) {
+namespace {
+
+// The per-GPU and per-MIG-instance series.
+struct GpuFamilies {
   Family used = Gauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).");
   Family free = Gauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).");
   Family total = Gauge("DCGM_FI_DEV_FB_TOTAL", "Framebuffer memory total (in MiB).");
@@ -263,30 +266,21 @@ std::vector<Family> Families(const MachineFigures& machine, const std::vector<Ho
   Family dram_active = Gauge("DCGM_FI_PROF_DRAM_ACTIVE",
                              "Ratio of cycles the device memory interface is busy (GPM).");
   Family lost = Gauge("gpuslice_gpu_lost", "1 when the GPU fell off the bus (GPU_IS_LOST).");
-  auto activity = [&](const Labels& labels, const std::optional<device::Activity>& a) {
+
+  void AddActivity(const Labels& labels, const std::optional<device::Activity>& a) {
     if (!a.has_value()) return;
     sm_active.samples.push_back({labels, a->sm_active_pct / 100});
     sm_occupancy.samples.push_back({labels, a->sm_occupancy_pct / 100});
     dram_active.samples.push_back({labels, a->dram_bandwidth_pct / 100});
-  };
-  auto memory = [&](const Labels& labels, const std::optional<std::int64_t>& u,
-                    const std::optional<std::int64_t>& t) {
+  }
+  void AddMemory(const Labels& labels, const std::optional<std::int64_t>& u,
+                 const std::optional<std::int64_t>& t) {
     AddIf(used, labels, u);
     AddIf(total, labels, t);
     if (u.has_value() && t.has_value())
       free.samples.push_back({labels, static_cast<double>(*t - *u)});
-  };
-  // Which device UUID is where, for the leases' series.
-  std::map<std::string, Labels> where;
-  for (const GpuFigures& gpu : machine.gpus) {
-    const Labels labels = GpuLabels(machine, gpu);
-    where[gpu.uuid] = labels;
-    memory(labels, gpu.memory_used_mib, gpu.memory_total_mib);
-    mig.samples.push_back({labels, gpu.mig ? 1.0 : 0.0});
-    AddIf(processes, labels, gpu.processes);
-    AddIf(process_memory, labels, gpu.process_memory_mib);
-    lost.samples.push_back({labels, gpu.lost ? 1.0 : 0.0});
-    const device::GpuTelemetry& t = gpu.telemetry;
+  }
+  void AddTelemetry(const Labels& labels, const device::GpuTelemetry& t) {
     AddIf(temperature, labels, t.temperature_c);
     AddIf(power, labels, t.power_w);
     AddIf(power_limit, labels, t.power_limit_w);
@@ -308,39 +302,100 @@ std::vector<Family> Families(const MachineFigures& machine, const std::vector<Ho
     AddIf(rows_uncorrectable, labels, t.remapped_rows_uncorrectable);
     AddIf(remap_failure, labels, t.remap_failure);
     AddIf(remap_pending, labels, t.remap_pending);
-    activity(labels, gpu.activity);
-    for (const InstanceFigures& instance : gpu.instances) {
-      const Labels at = InstanceLabels(machine, gpu, instance);
-      if (!instance.uuid.empty()) where[instance.uuid] = at;
-      memory(at, instance.memory_used_mib, instance.memory_total_mib);
-      AddIf(processes, at, instance.processes);
-      AddIf(process_memory, at, instance.process_memory_mib);
-      activity(at, instance.activity);
+  }
+  // Adds every GPU and instance of the machine; returns which device UUID is where, for the
+  // leases' series.
+  std::map<std::string, Labels> Add(const MachineFigures& machine) {
+    std::map<std::string, Labels> where;
+    for (const GpuFigures& gpu : machine.gpus) {
+      const Labels labels = GpuLabels(machine, gpu);
+      where[gpu.uuid] = labels;
+      AddMemory(labels, gpu.memory_used_mib, gpu.memory_total_mib);
+      mig.samples.push_back({labels, gpu.mig ? 1.0 : 0.0});
+      AddIf(processes, labels, gpu.processes);
+      AddIf(process_memory, labels, gpu.process_memory_mib);
+      lost.samples.push_back({labels, gpu.lost ? 1.0 : 0.0});
+      AddTelemetry(labels, gpu.telemetry);
+      AddActivity(labels, gpu.activity);
+      for (const InstanceFigures& instance : gpu.instances) {
+        const Labels at = InstanceLabels(machine, gpu, instance);
+        if (!instance.uuid.empty()) where[instance.uuid] = at;
+        AddMemory(at, instance.memory_used_mib, instance.memory_total_mib);
+        AddIf(processes, at, instance.processes);
+        AddIf(process_memory, at, instance.process_memory_mib);
+        AddActivity(at, instance.activity);
+      }
+    }
+    return where;
+  }
+  void MoveInto(std::vector<Family>& out) {
+    for (Family* family : {&used,
+                           &free,
+                           &total,
+                           &mig,
+                           &processes,
+                           &process_memory,
+                           &lost,
+                           &temperature,
+                           &power,
+                           &power_limit,
+                           &sm_clock,
+                           &mem_clock,
+                           &utilization,
+                           &copy_utilization,
+                           &throttle_bits,
+                           &throttled,
+                           &ecc_sbe,
+                           &ecc_dbe,
+                           &rows_correctable,
+                           &rows_uncorrectable,
+                           &remap_failure,
+                           &remap_pending,
+                           &sm_active,
+                           &sm_occupancy,
+                           &dram_active}) {
+      out.push_back(std::move(*family));
     }
   }
+};
+
+// The series of the leases, on the labels of the device each holds.
+struct LeaseFamilies {
   Family info = Gauge("gpuslice_lease_info",
                       "1 for each device a lease holds, with its lease, tenant and class.");
   Family idle = Gauge("gpuslice_lease_idle_seconds",
                       "Seconds the lease's devices have had no process (absent when unknown).");
   Family limit = Gauge("gpuslice_lease_vram_limit_mib", "The VRAM cap of a fractional share, MiB.");
-  for (const Holder& holder : holders) {
-    auto at = where.find(holder.device_uuid);
-    Labels labels = at != where.end() ? at->second : Labels{{"UUID", holder.device_uuid}};
-    if (at != where.end()) {
-      // The device's own UUID: an instance's series carry the MIG device's.
-      for (auto& [name, value] : labels) {
-        if (name == "UUID") value = holder.device_uuid;
+
+  void Add(const std::vector<Holder>& holders, const std::map<std::string, Labels>& where) {
+    for (const Holder& holder : holders) {
+      auto at = where.find(holder.device_uuid);
+      Labels labels = at != where.end() ? at->second : Labels{{"UUID", holder.device_uuid}};
+      if (at != where.end()) {
+        // The device's own UUID: an instance's series carry the MIG device's.
+        for (auto& [name, value] : labels) {
+          if (name == "UUID") value = holder.device_uuid;
+        }
+      }
+      labels.emplace_back("lease", std::to_string(holder.lease));
+      labels.emplace_back("tenant", holder.tenant);
+      labels.emplace_back("class", holder.class_name);
+      info.samples.push_back({labels, 1});
+      AddIf(idle, labels, holder.idle_s);
+      if (holder.vram_limit_mib > 0) {
+        limit.samples.push_back({labels, static_cast<double>(holder.vram_limit_mib)});
       }
     }
-    labels.emplace_back("lease", std::to_string(holder.lease));
-    labels.emplace_back("tenant", holder.tenant);
-    labels.emplace_back("class", holder.class_name);
-    info.samples.push_back({labels, 1});
-    AddIf(idle, labels, holder.idle_s);
-    if (holder.vram_limit_mib > 0) {
-      limit.samples.push_back({labels, static_cast<double>(holder.vram_limit_mib)});
+  }
+  void MoveInto(std::vector<Family>& out) {
+    for (Family* family : {&info, &idle, &limit}) {
+      out.push_back(std::move(*family));
     }
   }
+};
+
+// The series of the software slices.
+struct SliceFamilies {
   Family slice_used = Gauge("gpuslice_slice_vram_used_bytes",
                             "Device memory held by the live processes of a software slice.");
   Family slice_cap = Gauge("gpuslice_slice_vram_cap_bytes", "The VRAM cap of a software slice.");
@@ -361,25 +416,46 @@ std::vector<Family> Families(const MachineFigures& machine, const std::vector<Ho
   Family slice_reclaimed = Counter(
       "gpuslice_slice_reclaimed_processes_total",
       "Dead processes of a software slice whose device memory was given back to the slice.");
-  for (const shim::SliceSnapshot& slice : machine.slices) {
-    const Labels labels = SliceLabels(machine, slice);
-    slice_used.samples.push_back({labels, static_cast<double>(slice.used_bytes)});
-    if (slice.cap_bytes > 0) {
-      slice_cap.samples.push_back({labels, static_cast<double>(slice.cap_bytes)});
+
+  void Add(const MachineFigures& machine) {
+    for (const shim::SliceSnapshot& slice : machine.slices) {
+      const Labels labels = SliceLabels(machine, slice);
+      slice_used.samples.push_back({labels, static_cast<double>(slice.used_bytes)});
+      if (slice.cap_bytes > 0) {
+        slice_cap.samples.push_back({labels, static_cast<double>(slice.cap_bytes)});
+      }
+      slice_peak.samples.push_back({labels, static_cast<double>(slice.peak_bytes)});
+      if (slice.share_milli > 0) {
+        slice_share.samples.push_back({labels, slice.share_milli / 1000.0});
+      }
+      const auto live = std::count_if(slice.processes.begin(), slice.processes.end(),
+                                      [](const shim::SliceProcess& p) { return p.alive; });
+      slice_processes.samples.push_back({labels, static_cast<double>(live)});
+      slice_kernel.samples.push_back({labels, static_cast<double>(slice.kernel_ns) / 1e9});
+      slice_throttled.samples.push_back({labels, static_cast<double>(slice.throttled_ns) / 1e9});
+      slice_launches.samples.push_back({labels, static_cast<double>(slice.launches)});
+      slice_refused.samples.push_back({labels, static_cast<double>(slice.refused)});
+      slice_reclaimed.samples.push_back({labels, static_cast<double>(slice.reclaimed_processes)});
     }
-    slice_peak.samples.push_back({labels, static_cast<double>(slice.peak_bytes)});
-    if (slice.share_milli > 0) {
-      slice_share.samples.push_back({labels, slice.share_milli / 1000.0});
-    }
-    const auto live = std::count_if(slice.processes.begin(), slice.processes.end(),
-                                    [](const shim::SliceProcess& p) { return p.alive; });
-    slice_processes.samples.push_back({labels, static_cast<double>(live)});
-    slice_kernel.samples.push_back({labels, static_cast<double>(slice.kernel_ns) / 1e9});
-    slice_throttled.samples.push_back({labels, static_cast<double>(slice.throttled_ns) / 1e9});
-    slice_launches.samples.push_back({labels, static_cast<double>(slice.launches)});
-    slice_refused.samples.push_back({labels, static_cast<double>(slice.refused)});
-    slice_reclaimed.samples.push_back({labels, static_cast<double>(slice.reclaimed_processes)});
   }
+  void MoveInto(std::vector<Family>& out) {
+    for (Family* family :
+         {&slice_used, &slice_cap, &slice_peak, &slice_share, &slice_processes, &slice_kernel,
+          &slice_throttled, &slice_launches, &slice_refused, &slice_reclaimed}) {
+      out.push_back(std::move(*family));
+    }
+  }
+};
+
+}  // namespace
+
+std::vector<Family> Families(const MachineFigures& machine, const std::vector<Holder>& holders) {
+  GpuFamilies gpus;
+  const std::map<std::string, Labels> where = gpus.Add(machine);
+  LeaseFamilies leases;
+  leases.Add(holders, where);
+  SliceFamilies slices;
+  slices.Add(machine);
   Family errors = Gauge("gpuslice_collect_errors",
                         "Device queries that failed in the last collection (their figures are "
                         "absent).");
@@ -388,47 +464,10 @@ std::vector<Family> Families(const MachineFigures& machine, const std::vector<Ho
   // Moved, not copied: an initializer list would copy every sample.
   std::vector<Family> out;
   out.reserve(39);
-  for (Family* family : {&used,
-                         &free,
-                         &total,
-                         &mig,
-                         &processes,
-                         &process_memory,
-                         &lost,
-                         &temperature,
-                         &power,
-                         &power_limit,
-                         &sm_clock,
-                         &mem_clock,
-                         &utilization,
-                         &copy_utilization,
-                         &throttle_bits,
-                         &throttled,
-                         &ecc_sbe,
-                         &ecc_dbe,
-                         &rows_correctable,
-                         &rows_uncorrectable,
-                         &remap_failure,
-                         &remap_pending,
-                         &sm_active,
-                         &sm_occupancy,
-                         &dram_active,
-                         &info,
-                         &idle,
-                         &limit,
-                         &slice_used,
-                         &slice_cap,
-                         &slice_peak,
-                         &slice_share,
-                         &slice_processes,
-                         &slice_kernel,
-                         &slice_throttled,
-                         &slice_launches,
-                         &slice_refused,
-                         &slice_reclaimed,
-                         &errors}) {
-    out.push_back(std::move(*family));
-  }
+  gpus.MoveInto(out);
+  leases.MoveInto(out);
+  slices.MoveInto(out);
+  out.push_back(std::move(errors));
   return out;
 }
 
