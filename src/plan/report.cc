@@ -547,97 +547,109 @@ void BuildChecklist(const PlanResult& plan, const WorkloadSet& workloads, const 
 
 std::string MigPartedConfigName(const Node& node) { return "gpuslice-" + node.name; }
 
-Report BuildReport(const PlanResult& plan, const WorkloadSet& workloads, const Fleet& fleet) {
-  Report report;
-  report.currency = fleet.currency;
-  report.hours_per_month = fleet.hours_per_month;
-  report.costs_given = fleet.costs_given;
-  report.nodes = Int(fleet.nodes.size());
+namespace {
+
+// What the plan gives each workload: capacity, GPUs, nodes and instance kinds.
+struct WorkloadTally {
+  explicit WorkloadTally(size_t n)
+      : total(n, 0.0), gpus_of(n), nodes_of(n), kinds_of(n), instances_of(n, 0) {}
+  std::vector<double> total;
+  std::vector<std::set<size_t>> gpus_of;
+  std::vector<std::set<int>> nodes_of;
+  std::vector<std::map<std::string, int>> kinds_of;  // "1g.10gb on H100-80GB" -> count
+  std::vector<int> instances_of;
+};
+
+ReportGpu GpuHeader(const PlannedGpu& planned, const Fleet& fleet) {
+  ReportGpu gpu;
+  gpu.node = planned.node >= 0 && Index(planned.node) < fleet.nodes.size()
+                 ? fleet.nodes[Index(planned.node)].name
+                 : "node " + std::to_string(planned.node);
+  gpu.index = planned.index;
+  gpu.model = planned.model != nullptr ? planned.model->id : "?";
+  gpu.cost_per_hour = UnitCost(fleet, planned.cost_per_hour);
+  gpu.mig_allowed = planned.mig_allowed;
+  gpu.used = planned.used;
+  gpu.mig_enabled = planned.mig_enabled;
+  return gpu;
+}
+
+// The instances of GPU `g`, each counted to its workload.
+void AddInstances(const PlanResult& plan, const WorkloadSet& workloads, size_t g, Shapes& shapes,
+                  WorkloadTally& tally, ReportGpu& gpu) {
+  const PlannedGpu& planned = plan.gpus[g];
+  const hw::GpuModel& model = *planned.model;
   const std::vector<Workload>& list = workloads.workloads;
-  Shapes shapes;
-
-  // Unplaced workloads.
-  std::map<int, std::string> unplaced;
-  for (const auto& [w, reason] : plan.unplaced) {
-    if (w >= 0 && Index(w) < list.size()) unplaced[w] = reason;
-  }
-
-  // Capacity per workload per GPU and per node.
   const size_t n = list.size();
-  std::vector<double> total(n, 0.0);
-  std::vector<std::set<size_t>> gpus_of(n);
-  std::vector<std::set<int>> nodes_of(n);
-  std::vector<std::map<std::string, int>> kinds_of(n);  // "1g.10gb on H100-80GB" -> count
-  std::vector<int> instances_of(n, 0);
+  std::vector<double>& total = tally.total;
+  for (const PlannedInstance& instance : planned.instances) {
+    ReportInstance out;
+    out.profile = ProfileName(model, instance.profile);
+    out.start = IsWhole(instance.profile) ? 0 : instance.start;
+    out.gi_id = GiId(shapes, planned.model, instance);
+    out.compute_slices = InstanceSlices(model, instance.profile);
+    out.memory_gib = InstanceMemoryGib(model, instance.profile);
+    out.capacity = instance.capacity;
+    out.batch = instance.batch;
+    out.kept = instance.kept;
+    gpu.compute_slices_used += out.compute_slices;
+    if (instance.workload >= 0 && Index(instance.workload) < n) {
+      const size_t w = Index(instance.workload);
+      const Workload& workload = list[w];
+      const bool by_throughput =
+          w < plan.sizing.size() ? plan.sizing[w].by_throughput : workload.throughput_rps > 0;
+      out.workload = workload.name;
+      out.tenant = workload.tenant;
+      gpu.memory_needed_gib +=
+          MemoryNeededGib(workload, workloads.policy, by_throughput, out.memory_gib);
+      total[w] += instance.capacity;
+      tally.gpus_of[w].insert(g);
+      tally.nodes_of[w].insert(planned.node);
+      ++tally.instances_of[w];
+      ++tally.kinds_of[w][out.profile + " on " + model.id];
+    }
+    gpu.layout +=
+        (gpu.layout.empty() ? "" : ",") +
+        (IsWhole(instance.profile) ? out.profile : out.profile + "@" + std::to_string(out.start));
+    gpu.instances.push_back(std::move(out));
+  }
+}
 
+// A used GPU's share of the totals, and its stranded capacity.
+void CountUsedGpu(const PlannedGpu& planned, Shapes& shapes, ReportGpu& gpu, Report& report) {
+  const hw::GpuModel& model = *planned.model;
+  gpu.compute_slices_total = GpuComputeSlices(model);
+  gpu.compute_slices_used = std::min(gpu.compute_slices_used, gpu.compute_slices_total);
+  gpu.memory_total_gib = MibToGib(model.memory_mib);
+  ++report.gpus_used;
+  report.cost_per_hour += gpu.cost_per_hour;
+  (planned.mig_enabled ? report.mig_gpus : report.whole_gpus) += 1;
+  report.compute_slices_used += gpu.compute_slices_used;
+  report.compute_slices_total += gpu.compute_slices_total;
+  report.memory_needed_gib += gpu.memory_needed_gib;
+  report.memory_total_gib += gpu.memory_total_gib;
+  if (planned.mig_enabled) {
+    if (const geometry::Shape* shape = shapes.For(planned.model)) {
+      FillStranded(*shape, planned, &gpu);
+      if (!gpu.free_profiles.empty()) ++report.gpus_with_free_capacity;
+      if (!gpu.unusable_units.empty()) ++report.gpus_with_unusable_units;
+    }
+  }
+}
+
+void AddGpus(const PlanResult& plan, const WorkloadSet& workloads, const Fleet& fleet,
+             WorkloadTally& tally, Report& report) {
+  Shapes shapes;
   for (size_t g = 0; g < plan.gpus.size(); ++g) {
     const PlannedGpu& planned = plan.gpus[g];
-    ReportGpu gpu;
-    gpu.node = planned.node >= 0 && Index(planned.node) < fleet.nodes.size()
-                   ? fleet.nodes[Index(planned.node)].name
-                   : "node " + std::to_string(planned.node);
-    gpu.index = planned.index;
-    gpu.model = planned.model != nullptr ? planned.model->id : "?";
-    gpu.cost_per_hour = UnitCost(fleet, planned.cost_per_hour);
-    gpu.mig_allowed = planned.mig_allowed;
-    gpu.used = planned.used;
-    gpu.mig_enabled = planned.mig_enabled;
+    ReportGpu gpu = GpuHeader(planned, fleet);
     ++report.gpus_in_fleet;
     if (planned.model == nullptr) {
       report.gpus.push_back(std::move(gpu));
       continue;
     }
-    const hw::GpuModel& model = *planned.model;
-    for (const PlannedInstance& instance : planned.instances) {
-      ReportInstance out;
-      out.profile = ProfileName(model, instance.profile);
-      out.start = IsWhole(instance.profile) ? 0 : instance.start;
-      out.gi_id = GiId(shapes, planned.model, instance);
-      out.compute_slices = InstanceSlices(model, instance.profile);
-      out.memory_gib = InstanceMemoryGib(model, instance.profile);
-      out.capacity = instance.capacity;
-      out.batch = instance.batch;
-      out.kept = instance.kept;
-      gpu.compute_slices_used += out.compute_slices;
-      if (instance.workload >= 0 && Index(instance.workload) < n) {
-        const size_t w = Index(instance.workload);
-        const Workload& workload = list[w];
-        const bool by_throughput =
-            w < plan.sizing.size() ? plan.sizing[w].by_throughput : workload.throughput_rps > 0;
-        out.workload = workload.name;
-        out.tenant = workload.tenant;
-        gpu.memory_needed_gib +=
-            MemoryNeededGib(workload, workloads.policy, by_throughput, out.memory_gib);
-        total[w] += instance.capacity;
-        gpus_of[w].insert(g);
-        nodes_of[w].insert(planned.node);
-        ++instances_of[w];
-        ++kinds_of[w][out.profile + " on " + model.id];
-      }
-      gpu.layout +=
-          (gpu.layout.empty() ? "" : ",") +
-          (IsWhole(instance.profile) ? out.profile : out.profile + "@" + std::to_string(out.start));
-      gpu.instances.push_back(std::move(out));
-    }
-    if (planned.used) {
-      gpu.compute_slices_total = GpuComputeSlices(model);
-      gpu.compute_slices_used = std::min(gpu.compute_slices_used, gpu.compute_slices_total);
-      gpu.memory_total_gib = MibToGib(model.memory_mib);
-      ++report.gpus_used;
-      report.cost_per_hour += gpu.cost_per_hour;
-      (planned.mig_enabled ? report.mig_gpus : report.whole_gpus) += 1;
-      report.compute_slices_used += gpu.compute_slices_used;
-      report.compute_slices_total += gpu.compute_slices_total;
-      report.memory_needed_gib += gpu.memory_needed_gib;
-      report.memory_total_gib += gpu.memory_total_gib;
-      if (planned.mig_enabled) {
-        if (const geometry::Shape* shape = shapes.For(planned.model)) {
-          FillStranded(*shape, planned, &gpu);
-          if (!gpu.free_profiles.empty()) ++report.gpus_with_free_capacity;
-          if (!gpu.unusable_units.empty()) ++report.gpus_with_unusable_units;
-        }
-      }
-    }
+    AddInstances(plan, workloads, g, shapes, tally, gpu);
+    if (planned.used) CountUsedGpu(planned, shapes, gpu, report);
     report.gpus.push_back(std::move(gpu));
   }
   report.cost_per_month = report.cost_per_hour * fleet.hours_per_month;
@@ -648,8 +660,18 @@ Report BuildReport(const PlanResult& plan, const WorkloadSet& workloads, const F
   if (report.memory_total_gib > 0) {
     report.memory_utilisation = report.memory_needed_gib / report.memory_total_gib;
   }
+}
 
-  // Workloads.
+// The workloads' rows; returns which were placed.
+std::vector<bool> AddWorkloads(const PlanResult& plan, const WorkloadSet& workloads,
+                               const WorkloadTally& tally, Report& report) {
+  const std::vector<Workload>& list = workloads.workloads;
+  const size_t n = list.size();
+  std::map<int, std::string> unplaced;
+  for (const auto& [w, reason] : plan.unplaced) {
+    if (w >= 0 && Index(w) < list.size()) unplaced[w] = reason;
+  }
+  const std::vector<double>& total = tally.total;
   std::vector<bool> placed(n, false);
   for (size_t w = 0; w < n; ++w) {
     const Workload& workload = list[w];
@@ -669,30 +691,30 @@ Report BuildReport(const PlanResult& plan, const WorkloadSet& workloads, const F
       out.min_instances = workload.min_instances;
     }
     auto reason = unplaced.find(Int(w));
-    out.placed = reason == unplaced.end() && instances_of[w] > 0;
+    out.placed = reason == unplaced.end() && tally.instances_of[w] > 0;
     if (!out.placed) {
       out.unplaced_reason = reason != unplaced.end() ? reason->second : "no instance assigned";
       report.unplaced.emplace_back(out.name, out.unplaced_reason);
     }
     placed[w] = out.placed;
-    for (const auto& [kind, count] : kinds_of[w]) {
+    for (const auto& [kind, count] : tally.kinds_of[w]) {
       out.placed_as.push_back(std::to_string(count) + " x " + kind);
     }
-    out.instances = instances_of[w];
+    out.instances = tally.instances_of[w];
     out.capacity = total[w];
-    out.gpus = Int(gpus_of[w].size());
-    out.nodes = Int(nodes_of[w].size());
+    out.gpus = Int(tally.gpus_of[w].size());
+    out.nodes = Int(tally.nodes_of[w].size());
     out.single_point_of_failure = out.placed && out.gpus == 1;
     if (out.single_point_of_failure) report.single_points_of_failure.push_back(out.name);
     report.workloads.push_back(std::move(out));
   }
+  return placed;
+}
 
-  // Baselines.
-  BaselineInput in{&plan, &workloads, &fleet, &placed, FleetByModel(fleet)};
-  report.baselines.push_back(OnePerGpuBaseline(in, report));
-  report.baselines.push_back(BalancedBaseline(in, report));
-
-  // Losses: one GPU, then one node.
+// Losses: one GPU, then one node.
+void AddLosses(const PlanResult& plan, const Fleet& fleet, const std::vector<double>& total,
+               Report& report) {
+  const size_t n = report.workloads.size();
   for (size_t g = 0; g < plan.gpus.size(); ++g) {
     const PlannedGpu& planned = plan.gpus[g];
     if (!planned.used) continue;
@@ -723,10 +745,10 @@ Report BuildReport(const PlanResult& plan, const WorkloadSet& workloads, const F
       report.worst_node_loss = loss;
     report.node_losses.push_back(std::move(loss));
   }
+}
 
-  BuildChecklist(plan, workloads, fleet, &report);
-
-  // How the plan was found.
+// How the plan was found, and the notes.
+void AddSolverAndNotes(const PlanResult& plan, size_t n, Report& report) {
   report.solver = plan.solver;
   report.solve_seconds = plan.solve_seconds;
   report.proven_optimal = plan.proven_optimal;
@@ -749,6 +771,29 @@ Report BuildReport(const PlanResult& plan, const WorkloadSet& workloads, const F
                            std::to_string(n - report.unplaced.size()) +
                            " placed workloads, like the plan.");
   }
+}
+
+}  // namespace
+
+Report BuildReport(const PlanResult& plan, const WorkloadSet& workloads, const Fleet& fleet) {
+  Report report;
+  report.currency = fleet.currency;
+  report.hours_per_month = fleet.hours_per_month;
+  report.costs_given = fleet.costs_given;
+  report.nodes = Int(fleet.nodes.size());
+  const size_t n = workloads.workloads.size();
+  WorkloadTally tally(n);
+  AddGpus(plan, workloads, fleet, tally, report);
+  const std::vector<bool> placed = AddWorkloads(plan, workloads, tally, report);
+
+  // Baselines.
+  BaselineInput in{&plan, &workloads, &fleet, &placed, FleetByModel(fleet)};
+  report.baselines.push_back(OnePerGpuBaseline(in, report));
+  report.baselines.push_back(BalancedBaseline(in, report));
+
+  AddLosses(plan, fleet, tally.total, report);
+  BuildChecklist(plan, workloads, fleet, &report);
+  AddSolverAndNotes(plan, n, report);
   return report;
 }
 
