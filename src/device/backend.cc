@@ -7,6 +7,8 @@
 #include <cstring>
 #include <string>
 
+#include "gpuslice/device/host_actions.h"
+
 namespace gpuslice::device {
 namespace {
 
@@ -20,6 +22,10 @@ void SleepMs(long ms) {
 }  // namespace
 
 absl::Status Backend::TerminateProcess(std::uint32_t pid, int grace_seconds) {
+  return SignalProcess(pid, grace_seconds);
+}
+
+absl::Status SignalProcess(std::uint32_t pid, int grace_seconds) {
   const auto target = static_cast<pid_t>(pid);
   if (target <= 1)
     return absl::InvalidArgumentError("refusing to signal pid " + std::to_string(pid));

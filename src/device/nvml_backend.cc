@@ -4,7 +4,6 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,7 +22,6 @@
 
 #include "gpuslice/device/nvml_codes.h"
 #include "gpuslice/util/process_scan.h"
-#include "gpuslice/util/subprocess.h"
 #include "nvml_api.h"
 
 namespace gpuslice::device {
@@ -290,37 +288,6 @@ int QueryProfile(const Api& api, nvmlDevice_t device, unsigned constant, int* ve
   }
 }
 
-// Runs `argv` (PATH lookup), returns its exit status (127 if it could not be run, -1 if no child
-// could be started) and output.
-int RunCommand(const std::vector<std::string>& argv, std::string* output) {
-  util::SubprocessOptions options;
-  options.argv = argv;
-  options.output = util::SubprocessOptions::Output::kCapture;
-  absl::StatusOr<util::Subprocess> child = util::Subprocess::Start(std::move(options));
-  if (!child.ok()) return absl::IsInternal(child.status()) ? -1 : 127;
-  absl::StatusOr<util::ExitStatus> done = child->Wait();
-  *output += child->output();
-  return done.ok() ? done->ShellCode() : -1;
-}
-
-std::string Lower(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
-
-std::string FirstLines(const std::string& text, size_t max_chars) {
-  std::string out;
-  for (char c : text) {
-    if (out.size() >= max_chars) {
-      out += "…";
-      break;
-    }
-    out.push_back(c == '\n' ? ' ' : c);
-  }
-  while (!out.empty() && out.back() == ' ') out.pop_back();
-  return out;
-}
-
 // Daemons that open GPUs and block a reset, by the prefix of /proc/PID/comm (which the kernel
 // truncates to 15 characters), with the name reported.
 const std::vector<util::ProcessPattern>& HolderPatterns() {
@@ -394,8 +361,12 @@ int CallOptional(Fn fn, Args... args) {
 }  // namespace
 
 NvmlBackend::NvmlBackend(const hw::Catalog& catalog, std::string library, void* handle,
-                         std::unique_ptr<nvml::Api> api)
-    : catalog_(catalog), library_(std::move(library)), handle_(handle), api_(std::move(api)) {}
+                         std::unique_ptr<nvml::Api> api, std::unique_ptr<HostActions> actions)
+    : catalog_(catalog),
+      library_(std::move(library)),
+      handle_(handle),
+      api_(std::move(api)),
+      actions_(std::move(actions)) {}
 
 NvmlBackend::~NvmlBackend() {
   if (initialized_) {
@@ -422,8 +393,8 @@ bool NvmlBackend::LibraryLoadable(std::string library) {
   return true;
 }
 
-absl::StatusOr<std::unique_ptr<NvmlBackend>> NvmlBackend::Load(const hw::Catalog& catalog,
-                                                               std::string library) {
+absl::StatusOr<std::unique_ptr<NvmlBackend>> NvmlBackend::Load(
+    const hw::Catalog& catalog, std::string library, std::unique_ptr<HostActions> actions) {
   if (library.empty()) {
     const char* env = std::getenv(kLibraryEnv);
     library = env != nullptr && *env != '\0' ? env : kDefaultLibrary;
@@ -469,18 +440,14 @@ absl::StatusOr<std::unique_ptr<NvmlBackend>> NvmlBackend::Load(const hw::Catalog
   }
   GPUSLICE_NVML_HEALTH_FUNCTIONS(GPUSLICE_NVML_RESOLVE_OPTIONAL)
 #undef GPUSLICE_NVML_RESOLVE_OPTIONAL
-  if (void* reset = ::dlsym(handle, nvml::kTestResetGpuSymbol); reset != nullptr) {
-    std::memcpy(&api->gpusliceTestResetGpu, &reset, sizeof reset);
-  }
-  if (void* terminate = ::dlsym(handle, nvml::kTestTerminateProcessSymbol); terminate != nullptr) {
-    std::memcpy(&api->gpusliceTestTerminateProcess, &terminate, sizeof terminate);
-  }
   const int code = api->nvmlInit_v2();
   if (code != kNvmlSuccess) {
     ::dlclose(handle);
     return NvmlError(code, "nvmlInit_v2 (initialising NVML from " + library + ")");
   }
-  std::unique_ptr<NvmlBackend> backend(new NvmlBackend(catalog, library, handle, std::move(api)));
+  if (actions == nullptr) actions = HostActionsFor(library);
+  std::unique_ptr<NvmlBackend> backend(
+      new NvmlBackend(catalog, library, handle, std::move(api), std::move(actions)));
   backend->initialized_ = true;
   absl::StatusOr<std::string> version = backend->DriverVersion();
   backend->driver_version_ = version.ok() ? *version : "unknown";
@@ -804,63 +771,13 @@ absl::StatusOr<MigModeChange> NvmlBackend::SetMigMode(int gpu, MigMode mode) {
 }
 
 absl::Status NvmlBackend::ResetGpu(int gpu) {
-  const Api& api = *api_;
-  absl::StatusOr<nvmlDevice_t> device = DeviceHandle(api, gpu);
+  absl::StatusOr<nvmlDevice_t> device = DeviceHandle(*api_, gpu);
   if (!device.ok()) return device.status();
-  if (api.gpusliceTestResetGpu != nullptr) {
-    const int code = api.gpusliceTestResetGpu(U(gpu));
-    if (code != kNvmlSuccess) return NvmlError(code, "gpusliceTestResetGpu (" + GpuText(gpu) + ")");
-    return absl::OkStatus();
-  }
-  // NVML has no public reset function: nvidia-smi does it.
-  const std::vector<std::string> argv = {"nvidia-smi", "--gpu-reset", "-i", Str(gpu)};
-  std::string output;
-  const int status = RunCommand(argv, &output);
-  if (status == 0) return absl::OkStatus();
-  const std::string command = "nvidia-smi --gpu-reset -i " + Str(gpu);
-  if (status == 127) {
-    return absl::UnavailableError("cannot reset " + GpuText(gpu) +
-                                  ": NVML has no reset function and `" + command +
-                                  "` could not be run (nvidia-smi not on PATH?)");
-  }
-  if (status < 0) {
-    return absl::InternalError("cannot run `" + command + "`: " + std::strerror(errno));
-  }
-  // nvidia-smi exits with the NVML code for most failures; its text tells the rest.
-  const std::string text = Lower(output);
-  const bool known_code =
-      status > 0 && status < 128 && NvmlCodeName(status) != "NVML_ERROR_" + Str(status);
-  int code = kNvmlUnknown;
-  if (text.find("in use") != std::string::npos) {
-    code = kNvmlInUse;
-  } else if (known_code) {
-    code = status;
-  } else if (text.find("not supported") != std::string::npos) {
-    code = kNvmlNotSupported;
-  } else if (text.find("permission") != std::string::npos) {
-    code = kNvmlNoPermission;
-  }
-  std::string detail = FirstLines(output, 300);
-  return NvmlError(code, "`" + command + "` exited with " + Str(status) +
-                             (detail.empty() ? std::string() : " (\"" + detail + "\")"));
+  return actions_->ResetGpu(gpu);
 }
 
 absl::Status NvmlBackend::TerminateProcess(std::uint32_t pid, int grace_seconds) {
-  const Api& api = *api_;
-  if (api.gpusliceTestTerminateProcess != nullptr) {
-    const int code = api.gpusliceTestTerminateProcess(pid);
-    if (code != kNvmlSuccess) {
-      return NvmlError(code, "gpusliceTestTerminateProcess (pid " + std::to_string(pid) + ")");
-    }
-    return absl::OkStatus();
-  }
-  if (api.gpusliceTestResetGpu != nullptr) {
-    // The test library without its terminate hook: its pids are simulated, never signal them.
-    return absl::FailedPreconditionError(
-        "refusing to signal pid " + std::to_string(pid) + ": " + library_ +
-        " is the test NVML library and does not export " + nvml::kTestTerminateProcessSymbol);
-  }
-  return Backend::TerminateProcess(pid, grace_seconds);
+  return actions_->TerminateProcess(pid, grace_seconds);
 }
 
 absl::StatusOr<std::vector<ProcessInfo>> NvmlBackend::ListProcesses(int gpu) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "gpuslice/device/host_actions.h"
 #include "gpuslice/device/nvml_codes.h"
 #include "gpuslice/device/sim_backend.h"
 #include "gpuslice/device/sim_machine.h"
@@ -622,6 +623,47 @@ TEST_F(NvmlBackendTest, TerminateProcessEndsSimulatedProcesses) {
   const absl::Status again = nvml_->TerminateProcess(4242, 1);
   EXPECT_EQ(again.code(), absl::StatusCode::kNotFound) << again;
   EXPECT_EQ(again.code(), sim_->TerminateProcess(4242, 1).code());
+}
+
+// Resets and terminations go to the injected HostActions, not to the library's hooks.
+TEST_F(NvmlBackendTest, InjectedHostActionsAreTheOnesCalled) {
+  Start("1xA30");
+  struct Recorder : HostActions {
+    std::vector<std::string>* calls;
+    explicit Recorder(std::vector<std::string>* out) : calls(out) {}
+    absl::Status ResetGpu(int gpu) override {
+      calls->push_back("reset " + std::to_string(gpu));
+      return absl::OkStatus();
+    }
+    absl::Status TerminateProcess(std::uint32_t pid, int grace_seconds) override {
+      calls->push_back("terminate " + std::to_string(pid) + " " + std::to_string(grace_seconds));
+      return absl::OkStatus();
+    }
+  };
+  std::vector<std::string> calls;
+  absl::StatusOr<std::unique_ptr<NvmlBackend>> nvml =
+      NvmlBackend::Load(Catalog(), GPUSLICE_FAKE_NVML, std::make_unique<Recorder>(&calls));
+  ASSERT_TRUE(nvml.ok()) << nvml.status();
+  ControlBoth([](SimMachine& machine) {
+    return machine.AddProcess(0, {4242, "trainer", 64, -1, -1});
+  });
+  ASSERT_TRUE((*nvml)->ResetGpu(0).ok());
+  ASSERT_TRUE((*nvml)->TerminateProcess(4242, 3).ok());
+  // A GPU the library does not have is refused before the actions are asked.
+  EXPECT_TRUE(HasNvmlCode((*nvml)->ResetGpu(4), kNvmlInvalidArgument));
+  EXPECT_EQ(calls, (std::vector<std::string>{"reset 0", "terminate 4242 3"}));
+  // The simulated process is untouched: the library's hook was not called.
+  absl::StatusOr<std::vector<ProcessInfo>> processes = (*nvml)->ListProcesses(0);
+  ASSERT_TRUE(processes.ok()) << processes.status();
+  EXPECT_EQ(processes->size(), 1U);
+}
+
+// The test library's actions are chosen for it; a library without the hooks gets the default.
+TEST_F(NvmlBackendTest, HostActionsForChoosesTheTestLibrarysHooks) {
+  EXPECT_NE(TestLibraryHostActions(GPUSLICE_FAKE_NVML), nullptr);
+  EXPECT_EQ(TestLibraryHostActions("libc.so.6"), nullptr);
+  EXPECT_EQ(TestLibraryHostActions(dir_ + "/no/such/lib.so"), nullptr);
+  EXPECT_NE(HostActionsFor("libc.so.6"), nullptr);
 }
 
 // -------------------------------------------------------------------------- reset and holders

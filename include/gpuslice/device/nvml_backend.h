@@ -13,9 +13,10 @@
 //     lacks the V function (it is optional at load; FUNCTION_NOT_FOUND counts as lacking it); v1
 //     has no names, so they are derived (GpuInstanceProfileInfo::name_derived);
 //   * a CI's MIG UUID comes from the MIG device handle with that (GI, CI) pair;
-//   * ResetGpu uses the test library's `gpusliceTestResetGpu` when the loaded library exports it,
-//     else runs `nvidia-smi --gpu-reset -i N` (NVML has no public reset); likewise
-//     TerminateProcess uses `gpusliceTestTerminateProcess` on the test library;
+//   * ResetGpu (after checking the GPU exists) and TerminateProcess go to the injected HostActions
+//     (gpuslice/device/host_actions.h): by default HostActionsFor(library), i.e. the test
+//     library's `gpusliceTestResetGpu` / `gpusliceTestTerminateProcess` when the library exports
+//     them, else `nvidia-smi --gpu-reset -i N` (NVML has no public reset) and signals;
 //   * health figures (GetTelemetry) come from optional functions: a figure whose function the
 //     library lacks, or that the GPU answers NOT_SUPPORTED (or any error but GPU_IS_LOST), is
 //     absent; GPU_IS_LOST fails the call. Throttle reasons come from
@@ -47,6 +48,7 @@
 #include <vector>
 
 #include "gpuslice/device/backend.h"
+#include "gpuslice/device/host_actions.h"
 #include "gpuslice/hw/catalog.h"
 
 namespace gpuslice::device {
@@ -68,8 +70,10 @@ class NvmlBackend : public Backend {
   // function gpuslice uses and initialises NVML. Errors: Unavailable when the library cannot be
   // loaded (with a hint to use --sim); FUNCTION_NOT_FOUND naming a missing function (driver too
   // old); the nvmlInit_v2 code (e.g. DRIVER_NOT_LOADED). `catalog` must outlive the backend.
-  static absl::StatusOr<std::unique_ptr<NvmlBackend>> Load(const hw::Catalog& catalog,
-                                                           std::string library = "");
+  // `actions` does resets and terminations; nullptr: HostActionsFor(library).
+  static absl::StatusOr<std::unique_ptr<NvmlBackend>> Load(
+      const hw::Catalog& catalog, std::string library = "",
+      std::unique_ptr<HostActions> actions = nullptr);
   // Whether `library` (default as for Load) can be loaded at all: a machine with a driver
   // library whose NVML then fails is not a machine without a driver.
   static bool LibraryLoadable(std::string library = "");
@@ -98,8 +102,8 @@ class NvmlBackend : public Backend {
   absl::StatusOr<GpuTelemetry> GetTelemetry(int gpu) override;
   absl::StatusOr<Activity> SampleActivity(int gpu, std::optional<int> gi) override;
   absl::StatusOr<std::vector<XidEvent>> TakeXidEvents() override;
-  // On the real driver: Backend's default (SIGTERM, then SIGKILL). On the test NVML library, whose
-  // processes are simulated, its gpusliceTestTerminateProcess hook; never a real signal there.
+  // The injected HostActions: on the real driver, Backend's default (SIGTERM, then SIGKILL); on the
+  // test NVML library, whose processes are simulated, its gpusliceTestTerminateProcess hook.
   absl::Status TerminateProcess(std::uint32_t pid, int grace_seconds) override;
 
   // The path given to dlopen.
@@ -110,7 +114,7 @@ class NvmlBackend : public Backend {
 
  private:
   NvmlBackend(const hw::Catalog& catalog, std::string library, void* handle,
-              std::unique_ptr<nvml::Api> api);
+              std::unique_ptr<nvml::Api> api, std::unique_ptr<HostActions> actions);
 
   // The GPM sample a device's previous SampleActivity took, and when.
   struct GpmSample {
@@ -122,6 +126,7 @@ class NvmlBackend : public Backend {
   std::string library_;
   void* handle_ = nullptr;  // from dlopen
   std::unique_ptr<nvml::Api> api_;
+  std::unique_ptr<HostActions> actions_;
   bool initialized_ = false;
   std::string driver_version_;  // cached for Describe()
   std::string proc_root_ = "/proc";
