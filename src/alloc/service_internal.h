@@ -135,6 +135,13 @@ inline bool ValidName(const std::string& name) {
 absl::Status LoadUsers(store::Database& db, std::map<std::string, UserInfo>* users,
                        std::map<std::string, std::string>* user_by_token_hash);
 
+// A class as the classes table stores it, and back (service_tenants.cc).
+json ClassJson(const ClassSpec& spec);
+ClassSpec ClassFromJson(const std::string& name, const json& j);
+// small/medium/large as 1-, 2- and 4-slice MIG instances on every MIG model that has them, full
+// as a whole GPU: a new store's classes.
+std::vector<ClassSpec> DefaultClasses();
+
 inline absl::Status NeedAdmin(const Caller& caller) {
   if (caller.role != Role::kAdmin) {
     return absl::PermissionDeniedError("this operation needs the admin role");

@@ -402,7 +402,15 @@ class Service {
   // Reads the store into memory (mutex_ and db_mutex_ held); writes it needs are staged. A row
   // gpuslice could not have written is DataLoss (LoadRows may throw on one; Load catches).
   absl::Status Load();
+  // The steps of Load, in this order (service_load.cc).
   absl::Status LoadRows();
+  absl::Status LoadIds();      // the next lease, queue and audit ids
+  absl::Status LoadTenants();  // users, tenants and their quotas
+  absl::Status LoadClasses();  // classes (the default ones into a new store)
+  absl::Status LoadNodes();    // reported machines and their layouts, into the inventory
+  absl::Status AdoptLeases();  // active leases back onto the inventory (those that no longer fit
+                               // are lost)
+  absl::Status LoadQueue();    // the queue entries still waiting
 
   // Empties memory and loads it again from the store, after a failed commit.
   absl::Status Reload();
@@ -464,6 +472,11 @@ class Service {
   bool BindNew(const place::Allocation& allocation, Lease* lease, std::string* why);
   // Stages the row of a new active lease.
   void InsertLease(const Lease& lease, const AcquireRequest& request);
+  // Queues a request that waits for room (`wait_reason`), staged and audited.
+  AcquireResult Enqueue(const Caller& caller, const TenantSpec& tenant,
+                        const AcquireRequest& request, const place::Request& placement,
+                        const std::string& class_name, std::int64_t ttl,
+                        const std::string& wait_reason);
   absl::Status EndLease(std::int64_t lease_id, const std::string& state, const Caller& actor);
   absl::StatusOr<int> GrantQueued();
   void Renumber();
