@@ -71,11 +71,12 @@ std::vector<std::string> DockerArgs(const Lease& lease) {
 
 Service::Service(std::unique_ptr<store::Database> db, place::Cluster inventory,
                  place::Engine engine, ServiceOptions options)
-    : pending_(std::make_shared<Batch>()),
-      db_(std::move(db)),
+    : db_(std::move(db)),
       inventory_(std::move(inventory)),
       engine_(std::move(engine)),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      commits_([this](const GroupCommit::Statements& s) { return CommitBatch(s); },
+               [this](const std::function<void()>& drop) { return Recover(drop); }) {}
 Service::~Service() = default;
 
 absl::StatusOr<std::unique_ptr<Service>> Service::Open(std::unique_ptr<store::Database> db,
@@ -103,68 +104,40 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Open(std::unique_ptr<store::Da
 }
 
 void Service::Stage(std::string sql, std::vector<Value> params) {
-  pending_->statements.push_back(Batch::Statement{std::move(sql), std::move(params)});
+  staged_.push_back(GroupCommit::Statement{std::move(sql), std::move(params)});
 }
+
+GroupCommit::Ticket Service::Flush() { return commits_.Stage(std::exchange(staged_, {})); }
 
 absl::Status Service::Sync() {
-  std::shared_ptr<Batch> batch;
+  GroupCommit::Ticket batch;
   {
     std::lock_guard<std::mutex> state(mutex_);
-    batch = pending_;
+    batch = Flush();
   }
-  return Await(batch);
+  return commits_.Await(batch);
 }
 
-absl::Status Service::Await(const std::shared_ptr<Batch>& batch) {
-  std::unique_lock<std::mutex> commit(commit_mutex_);
-  while (!batch->done) {
-    if (committing_) {
-      committed_.wait(commit);
-      continue;
-    }
-    committing_ = true;
-    commit.unlock();
-    // Take everything staged so far; calls that stage from now on go into the next batch.
-    std::shared_ptr<Batch> taken;
-    {
-      std::lock_guard<std::mutex> state(mutex_);
-      taken = std::exchange(pending_, std::make_shared<Batch>());
-    }
-    absl::Status status;
-    if (!taken->statements.empty()) {
-      std::lock_guard<std::mutex> connection(db_mutex_);
-      store::Transaction txn(*db_);
-      status = txn.status();
-      for (const Batch::Statement& statement : taken->statements) {
-        if (!status.ok()) break;
-        status = db_->Exec(statement.sql, statement.params);
-      }
-      if (status.ok()) status = txn.Commit();
-    }
-    std::shared_ptr<Batch> discarded;
-    if (!status.ok()) {
-      // Memory holds the failed batch's changes and the staged ones decided on top of them: drop
-      // both and read the store again.
-      std::lock_guard<std::mutex> state(mutex_);
-      discarded = std::exchange(pending_, std::make_shared<Batch>());
-      if (absl::Status reloaded = Reload(); !reloaded.ok()) {
-        status = absl::InternalError(
-            absl::StrCat(status.message(), "; reloading the state failed too: ", reloaded.message(),
-                         " (restart the service)"));
-      }
-    }
-    commit.lock();
-    taken->status = status;
-    taken->done = true;
-    if (discarded != nullptr) {
-      discarded->status = absl::AbortedError(absl::StrCat(
-          "not saved: an earlier change failed to commit (", status.message(), "); retry"));
-      discarded->done = true;
-    }
-    committing_ = false;
-    committed_.notify_all();
+absl::Status Service::CommitBatch(const GroupCommit::Statements& statements) {
+  std::lock_guard<std::mutex> connection(db_mutex_);
+  store::Transaction txn(*db_);
+  absl::Status status = txn.status();
+  for (const GroupCommit::Statement& statement : statements) {
+    if (!status.ok()) break;
+    status = db_->Exec(statement.sql, statement.params);
   }
-  return batch->status;
+  if (status.ok()) status = txn.Commit();
+  return status;
+}
+
+absl::Status Service::Recover(const std::function<void()>& drop_staged) {
+  // Memory holds the failed batch's changes and the staged ones decided on top of them: drop
+  // both and read the store again (what the reload stages goes into the next batch).
+  std::lock_guard<std::mutex> state(mutex_);
+  drop_staged();
+  absl::Status reloaded = Reload();
+  (void)Flush();
+  return reloaded;
 }
 
 void Service::Audited(const Caller& caller, const std::string& tenant, const std::string& action,

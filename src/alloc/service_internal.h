@@ -158,10 +158,12 @@ template <typename Change>
 auto Service::Changing(Change&& change) -> decltype(change()) {
   std::unique_lock<std::mutex> state(mutex_);
   auto result = change();
-  if (!result.ok()) return result;
-  std::shared_ptr<Batch> batch = pending_;
+  // A change that failed may have staged statements (an audit): they are committed with the next
+  // batch, as they always were, but it does not wait for them.
+  const GroupCommit::Ticket batch = Flush();
   state.unlock();
-  if (absl::Status status = Await(batch); !status.ok()) return status;
+  if (!result.ok()) return result;
+  if (absl::Status status = commits_.Await(batch); !status.ok()) return status;
   return result;
 }
 

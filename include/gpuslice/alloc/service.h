@@ -20,8 +20,9 @@
 //   * Tenants see and change only their own leases and queue entries; admin operations need the
 //     admin role.
 //
-// Durability (group commit): a call decides under one lock, changes the in-memory state and
-// stages its statements; it returns only once the transaction holding them is durable. Calls that
+// Durability (group commit, gpuslice/alloc/group_commit.h): a call decides under one lock,
+// changes the in-memory state and stages its statements; it returns only once the transaction
+// holding them is durable. Calls that
 // arrive while one transaction is being committed are committed together in the next one, so many
 // clients share one fsync. Other callers may see a change up to one commit before it is durable;
 // nobody is told of it before. When a commit fails, every call in that transaction and in the
@@ -48,6 +49,7 @@
 
 #include "absl/status/statusor.h"
 #include "gpuslice/alloc/binder.h"
+#include "gpuslice/alloc/group_commit.h"
 #include "gpuslice/alloc/layout.h"
 #include "gpuslice/alloc/usage.h"
 #include "gpuslice/metrics/alerts.h"
@@ -386,17 +388,6 @@ class Service {
   std::string_view store_kind() const { return db_->kind(); }
 
  private:
-  // Statements staged by calls, committed together in one transaction.
-  struct Batch {
-    struct Statement {
-      std::string sql;
-      std::vector<store::Value> params;
-    };
-    std::vector<Statement> statements;
-    bool done = false;  // guarded by commit_mutex_
-    absl::Status status;
-  };
-
   Service(std::unique_ptr<store::Database> db, place::Cluster inventory, place::Engine engine,
           ServiceOptions options);
   // Reads the store into memory (mutex_ and db_mutex_ held); writes it needs are staged. A row
@@ -414,15 +405,20 @@ class Service {
 
   // Empties memory and loads it again from the store, after a failed commit.
   absl::Status Reload();
-  // Runs `change` under mutex_, then waits until what it staged is durable.
+  // Runs `change` under mutex_, hands what it staged to the group commit, and waits until that
+  // is durable.
   template <typename Change>
   auto Changing(Change&& change) -> decltype(change());
-  // Waits until `batch` is committed, committing it (and whatever else is staged) when no other
-  // thread is committing. Returns the commit's status.
-  absl::Status Await(const std::shared_ptr<Batch>& batch);
   // Waits until everything staged so far is durable.
   absl::Status Sync();
+  // Adds a statement to the change being decided (mutex_ held); Flush hands the change's
+  // statements to the group commit, as one, and returns the batch they are in.
   void Stage(std::string sql, std::vector<store::Value> params);
+  GroupCommit::Ticket Flush();
+  // The group commit's two functions: a batch in one transaction (db_mutex_), and after a failed
+  // one, memory read again from the store (mutex_ and db_mutex_).
+  absl::Status CommitBatch(const GroupCommit::Statements& statements);
+  absl::Status Recover(const std::function<void()>& drop_staged);
   // Admins pass; an agent passes for its own machine only. A refused agent is audited
   // (`agent.refuse`, durable before the answer) and gets PermissionDenied. Call it outside the
   // state lock.
@@ -484,13 +480,11 @@ class Service {
   // last one was staged a minute or more ago (mutex_ held; service_usage.cc).
   void StageUsageRollUp(std::int64_t now);
 
-  // Lock order: mutex_, then db_mutex_; commit_mutex_ is never held with another.
-  std::mutex mutex_;     // the in-memory state below and pending_
-  std::mutex db_mutex_;  // the connection db_
-  std::mutex commit_mutex_;
-  std::condition_variable committed_;
-  bool committing_ = false;  // guarded by commit_mutex_
-  std::shared_ptr<Batch> pending_;
+  // Lock order: mutex_, then db_mutex_; mutex_, then the group commit's own lock (which is never
+  // held while it commits or recovers).
+  std::mutex mutex_;                // the in-memory state below and staged_
+  std::mutex db_mutex_;             // the connection db_
+  GroupCommit::Statements staged_;  // by the change being decided, until Flush
 
   std::unique_ptr<store::Database> db_;
   const place::Cluster inventory_;  // as given to Open, without leases
@@ -532,6 +526,8 @@ class Service {
   std::int64_t next_lease_ = 1;
   std::int64_t next_queue_ = 1;
   std::int64_t next_audit_ = 1;
+  // Last: destroyed first, so that what it commits at shutdown finds the rest of the service.
+  GroupCommit commits_;
 };
 
 // SHA-256 of a token, hex.
