@@ -76,17 +76,6 @@ std::string Footer(const TopScreen& screen, std::size_t shown, std::size_t total
          " · ↑↓ PgUp PgDn scroll · s sort · d drawings · p processes · ? help · q quit";
 }
 
-std::string Cut(std::string line, std::size_t width) {
-  // The lines from top_view.h already fit; the footer and help are cut here, by code points.
-  std::size_t columns = 0;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    if ((static_cast<unsigned char>(line[i]) & 0xC0) == 0x80) continue;
-    if (columns == width) return line.substr(0, i);
-    ++columns;
-  }
-  return line;
-}
-
 }  // namespace
 
 std::vector<TopKey> ParseTopKeys(std::string_view bytes) {
@@ -182,7 +171,7 @@ std::vector<std::string> ComposeScreen(TopInput input, TopOptions options, TopSc
   std::vector<std::string> out;
   if (rows == 0) return out;
   if (screen.help) {
-    for (std::string& line : TopHelp()) out.push_back(Cut(std::move(line), options.width));
+    for (std::string& line : TopHelp()) out.push_back(FitToWidth(line, options.width));
     if (out.size() > rows) out.resize(rows);
     return out;
   }
@@ -191,7 +180,7 @@ std::vector<std::string> ComposeScreen(TopInput input, TopOptions options, TopSc
   options.processes = screen.processes;
   std::string title = std::exchange(input.title, "");
   std::vector<std::string> head;
-  if (!title.empty()) head.push_back(Cut(title, options.width));
+  if (!title.empty()) head.push_back(FitToWidth(title, options.width));
   for (std::string& line : RenderOverview(input, options)) head.push_back(std::move(line));
   head.emplace_back();
   std::vector<std::string> detail = RenderTop(input, options);
@@ -204,7 +193,7 @@ std::vector<std::string> ComposeScreen(TopInput input, TopOptions options, TopSc
   screen.page = std::max<std::size_t>(room, 1);
   out = std::move(head);
   for (std::size_t i = 0; i < shown; ++i) out.push_back(std::move(detail[screen.scroll + i]));
-  out.push_back(Cut(Footer(screen, shown, detail.size()), options.width));
+  out.push_back(FitToWidth(Footer(screen, shown, detail.size()), options.width));
   return out;
 }
 

@@ -322,6 +322,8 @@ std::string PadNumber(std::int64_t value) {
 
 }  // namespace
 
+std::string FitToWidth(const std::string& text, std::size_t width) { return Fit(text, width); }
+
 std::string DeviceKey(const metrics::GpuFigures& gpu) { return gpu.uuid; }
 
 std::string DeviceKey(const metrics::GpuFigures& gpu, const metrics::InstanceFigures& instance) {

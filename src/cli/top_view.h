@@ -102,6 +102,9 @@ inline constexpr int kTopSorts = 4;
 const char* TopSortName(TopSort sort);
 void SortGpus(TopSort sort, TopInput& input);
 
+// `text` cut to `width` display columns (ANSI escapes take none), ending with "…" when cut.
+std::string FitToWidth(const std::string& text, std::size_t width);
+
 // "42s", "5m07s", "3h05m", "2d04h"; a leading "≥" when `at_least`.
 std::string IdleText(const Idle& idle);
 
