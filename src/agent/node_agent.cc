@@ -11,6 +11,7 @@
 #include "gpuslice/alloc/wire.h"
 #include "gpuslice/k8s/pod_resources.h"
 #include "gpuslice/shim/slices.h"
+#include "gpuslice/util/clock.h"
 
 namespace gpuslice::agent {
 namespace {
@@ -18,12 +19,6 @@ namespace {
 using nlohmann::json;
 
 std::string Log() { return "gpuslice agent: "; }
-
-std::int64_t EpochNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The pods holding this machine's devices and slices, from kubelet's pod-resources API; nothing
 // (and the reason among the collection's errors) when kubelet does not answer.
@@ -233,7 +228,7 @@ absl::StatusOr<std::string> NodeAgent::Scrape() {
 // the machine per round. A service too old for the usage figures (400) gets the idle ones alone.
 void NodeAgent::ReportUsage(const metrics::MachineFigures& machine) {
   if (held_.empty()) return;
-  const std::int64_t now = EpochNow();
+  const std::int64_t now = util::EpochNow();
   const std::string node = cluster_ != nullptr && cluster_->node_count() > 0
                                ? cluster_->spec(0).name
                                : o_.host;  // a placement node the binder handles
@@ -306,7 +301,7 @@ absl::Status NodeAgent::CarryOutLayout(const json& wanted) {
 void NodeAgent::ReportAlerts(const metrics::MachineFigures& machine,
                              const std::vector<metrics::Holder>& holders) {
   const metrics::AlertChanges found =
-      alerts_.Round(machine, holders, EpochNow(), [&](const metrics::AlertChanges& changes) {
+      alerts_.Round(machine, holders, util::EpochNow(), [&](const metrics::AlertChanges& changes) {
         json fired = json::array();
         json cleared = json::array();
         for (const metrics::Alert& a : changes.fired) fired.push_back(metrics::AlertToJson(a));
@@ -325,7 +320,7 @@ void NodeAgent::ReportAlerts(const metrics::MachineFigures& machine,
 // The leases held now, their devices, idle time and class threshold, for the scrapes and the
 // alerts; also keeps the round's collection for the scrapes.
 std::vector<metrics::Holder> NodeAgent::PublishHolders(const metrics::MachineFigures& machine) {
-  const std::int64_t now = EpochNow();
+  const std::int64_t now = util::EpochNow();
   const std::string node =
       cluster_ != nullptr && cluster_->node_count() > 0 ? cluster_->spec(0).name : o_.host;
   std::vector<metrics::Holder> holders;

@@ -1,7 +1,6 @@
 #include "gpuslice/alloc/service.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <set>
 
@@ -12,6 +11,7 @@
 #include "gpuslice/alloc/wire.h"
 #include "gpuslice/device/uuid.h"
 #include "gpuslice/hw/catalog.h"
+#include "gpuslice/util/clock.h"
 #include "gpuslice/util/utf8.h"
 #include "lease_rows.h"
 #include "nlohmann/json.hpp"
@@ -23,11 +23,6 @@ namespace {
 
 using store::Value;
 
-std::int64_t SystemNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 }  // namespace
 
 std::map<std::string, std::string> LeaseEnvironment(const Lease& lease) {
@@ -82,7 +77,7 @@ Service::~Service() = default;
 absl::StatusOr<std::unique_ptr<Service>> Service::Open(std::unique_ptr<store::Database> db,
                                                        place::Cluster inventory,
                                                        ServiceOptions options) {
-  if (!options.clock) options.clock = SystemNow;
+  if (!options.clock) options.clock = util::EpochNow;
   absl::StatusOr<int> version = store::CurrentVersion(*db);
   if (!version.ok()) return version.status();
   if (absl::Status status = store::Migrate(*db); !status.ok()) return status;

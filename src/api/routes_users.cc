@@ -1,5 +1,4 @@
 // The API's users and tokens: create, list, revoke, rotate (gpuslice/api/server.h).
-#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -7,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "api/replies.h"
 #include "api/routes.h"
+#include "gpuslice/util/clock.h"
 #include "nlohmann/json.hpp"
 
 namespace gpuslice::api {
@@ -24,12 +24,6 @@ json UserJson(const alloc::UserInfo& user, std::int64_t now) {
   if (!user.tenant.empty()) out["tenant"] = user.tenant;
   if (!user.machine.empty()) out["machine"] = user.machine;
   return out;
-}
-
-std::int64_t EpochNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 void CreateUser(alloc::Service& service, const alloc::Caller& caller, const http::Request& req,
@@ -85,7 +79,7 @@ void ListUsers(alloc::Service& service, const alloc::Caller& caller, const http:
   absl::StatusOr<std::vector<alloc::UserInfo>> users = service.Users(caller);
   if (!users.ok()) return Fail(res, users.status());
   json out = json::array();
-  const std::int64_t now = EpochNow();
+  const std::int64_t now = util::EpochNow();
   for (const alloc::UserInfo& user : *users) out.push_back(UserJson(user, now));
   Reply(res, 200, {{"users", out}});
 }

@@ -9,6 +9,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "gpuslice/api/client.h"
+#include "gpuslice/util/clock.h"
 #include "nlohmann/json.hpp"
 
 namespace gpuslice::cli {
@@ -62,7 +63,7 @@ void AddUserCommands(CLI::App* admin, std::function<int()>* action);
 // "30d", "12h", "90m", "45s" or plain seconds -> seconds, 1..max_s; -1 when it is none of those.
 std::int64_t ParseDuration(const std::string& text, std::int64_t max_s);
 
-// Seconds since the epoch, now.
-std::int64_t EpochNow();
+// Seconds since the epoch, now (gpuslice/util/clock.h).
+using util::EpochNow;
 
 }  // namespace gpuslice::cli

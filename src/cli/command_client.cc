@@ -3,7 +3,6 @@
 // (gpuslice/api/server.h). The server comes from --server or $GPUSLICE_SERVER
 // (default http://127.0.0.1:8470), the token from --token, $GPUSLICE_TOKEN or the file
 // ./gpuslice-admin.token that the first `serve` writes.
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -111,12 +110,6 @@ void PrintLease(const json& lease) {
             << lease["tenant"].get<std::string>() << ", until "
             << When(lease["expires_at"].get<std::int64_t>())
             << " UTC; purpose: " << lease["purpose"].get<std::string>() << "\n";
-}
-
-std::int64_t EpochNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 std::int64_t ParseDuration(const std::string& text, std::int64_t max_s) {

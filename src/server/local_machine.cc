@@ -1,6 +1,5 @@
 #include "gpuslice/server/local_machine.h"
 
-#include <chrono>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -8,6 +7,7 @@
 #include "gpuslice/agent/layout_runner.h"
 #include "gpuslice/metrics/collector.h"
 #include "gpuslice/shim/slices.h"
+#include "gpuslice/util/clock.h"
 #include "gpuslice/util/this_machine.h"
 
 namespace gpuslice::server {
@@ -15,12 +15,6 @@ namespace {
 
 // serve itself, when it acts for its machine.
 const alloc::Caller kSystem{"gpuslice", "", alloc::Role::kAdmin, ""};
-
-std::int64_t EpochNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The GPUs of the catalog, as the backend lists them now.
 absl::StatusOr<std::vector<device::GpuInfo>> KnownGpus(device::Backend& backend) {
@@ -112,7 +106,7 @@ absl::Status LocalMachine::Join(const std::vector<device::GpuInfo>& gpus) {
 
 void LocalMachine::Tick() {
   CarryOutLayout();
-  const std::int64_t now = EpochNow();
+  const std::int64_t now = util::EpochNow();
   absl::StatusOr<int> ended = service_.Tick([&](const alloc::Lease& lease) {
     std::lock_guard<std::mutex> lock(idle_mutex_);
     return idle_.IdleSeconds(lease.id, lease.node, lease.bound, now);
@@ -194,7 +188,8 @@ absl::StatusOr<std::vector<metrics::Family>> LocalMachine::Families() {
   if (!leases.ok()) return leases.status();
   absl::StatusOr<std::vector<alloc::QueueEntry>> queue = service_.Queue(kSystem);
   if (!queue.ok()) return queue.status();
-  std::vector<metrics::Family> families = metrics::Families(machine, Holders(*leases, EpochNow()));
+  std::vector<metrics::Family> families =
+      metrics::Families(machine, Holders(*leases, util::EpochNow()));
   // This machine's counters (fired alerts, Xid errors); the active alerts of every machine
   // come from the service, this one's included.
   for (metrics::Family& family : alerts_.Families()) {
@@ -213,7 +208,7 @@ absl::StatusOr<std::vector<metrics::Family>> LocalMachine::Families() {
 void LocalMachine::RoundOfAlerts() {
   absl::StatusOr<std::vector<alloc::Lease>> leases = service_.Leases(kSystem);
   if (!leases.ok()) return;
-  const std::int64_t now = EpochNow();
+  const std::int64_t now = util::EpochNow();
   const std::vector<metrics::Holder> holders = Holders(*leases, now);
   metrics::MachineFigures machine;
   {

@@ -9,12 +9,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "gpuslice/device/presence.h"
 #include "gpuslice/device/uuid.h"
+#include "gpuslice/util/clock.h"
 #include "gpuslice/util/private_file.h"
 #include "gpuslice/util/shell.h"
 #include "gpuslice/util/utf8.h"
@@ -171,6 +173,16 @@ TEST(NvidiaTraces, FindsDriverDevicesAndPciGpusOnly) {
   ASSERT_EQ(found.size(), 2u);
   EXPECT_EQ(found[0], "/dev/nvidiactl exists");
   EXPECT_EQ(found[1], "an NVIDIA GPU at PCI 0000:3b:00.0");
+}
+
+// The one wall clock of the code: whole seconds since the epoch, the same as time(2).
+TEST(EpochNow, IsTheSystemClockInWholeSeconds) {
+  const std::int64_t before = static_cast<std::int64_t>(std::time(nullptr));
+  const std::int64_t now = util::EpochNow();
+  const std::int64_t after = static_cast<std::int64_t>(std::time(nullptr));
+  EXPECT_LE(before, now);
+  EXPECT_LE(now, after);
+  EXPECT_GT(now, 1'600'000'000);  // after September 2020: not a monotonic clock's count
 }
 
 }  // namespace
