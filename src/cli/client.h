@@ -41,10 +41,16 @@ struct Reply {
 };
 
 // Calls the API. Returns 0 with the reply for a 2xx (and for a 409 when `conflict_is_answer`: an
-// acquire's refusal, which the caller explains); otherwise prints the error and returns the exit
-// code (2 unreachable, 3 not authorised, 1 else).
+// acquire's refusal, which the caller explains); otherwise prints the error in words
+// (RefusalText) and returns the exit code (kExitBadInput unreachable, kExitNotAllowed for 401
+// and 403, kExitCheckFailed else).
 int Call(const ClientOptions& options, const std::string& method, const std::string& path,
          const nlohmann::json* body, Reply* reply, bool conflict_is_answer = false);
+
+// An error answer in words, never a bare HTTP code: "not signed in: MESSAGE (check --token or
+// $GPUSLICE_TOKEN)" for 401, "not allowed: MESSAGE" for 403, "not found", "bad request", "too
+// many attempts" (429), "the server failed" (5xx), "refused" for anything else.
+std::string RefusalText(int http_status, const std::string& message);
 
 // --server, --token, --json and --timeout.
 void AddConnection(CLI::App* cmd, ClientOptions& options);
@@ -59,9 +65,6 @@ void PrintLease(const nlohmann::json& lease);
 // The `admin` subcommands for users and tokens: user, users, revoke, rotate, recover
 // (command_users.cc).
 void AddUserCommands(CLI::App* admin, std::function<int()>* action);
-
-// "30d", "12h", "90m", "45s" or plain seconds -> seconds, 1..max_s; -1 when it is none of those.
-std::int64_t ParseDuration(const std::string& text, std::int64_t max_s);
 
 // Seconds since the epoch, now (gpuslice/util/clock.h).
 using util::EpochNow;

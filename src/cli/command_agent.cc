@@ -150,7 +150,7 @@ int RunAgent(const GlobalOptions& global, const AgentOptions& o) {
   if (ran.ok()) return kExitOk;
   PrintError(std::string(ran.message()));
   // As the client commands: 3 for a refused token, 2 for a server that could not be reached.
-  if (api::IsRefusedCredential(ran)) return 3;
+  if (api::IsRefusedCredential(ran)) return kExitNotAllowed;
   return api::HttpStatusOf(ran) == 0 && absl::IsUnavailable(ran) ? kExitBadInput : 1;
 }
 
@@ -177,9 +177,9 @@ void AddAgentCommand(CLI::App& app, const GlobalOptions& global, Action* action)
                   "A simulated machine instead of NVML, e.g. 2xH100-80GB (MIG on where possible)");
   cmd->add_option("--sim-state", o->sim_state,
                   "A simulated machine kept in a state file (see gpuslice sim)");
-  cmd->add_option("--interval", o->node.interval_s, "Seconds between rounds")
+  cmd->add_option("--interval", o->node.interval_s, "Time between rounds (2s, 1m; at most 10m)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 600));
+      ->transform(Duration(600));
   cmd->add_flag("--once", o->once, "Report and do one round, then exit");
   cmd->add_option("--pod-resources-socket", o->node.pod_resources_socket,
                   "On a Kubernetes node: kubelet's pod-resources socket (e.g. "

@@ -14,6 +14,8 @@
 #include "absl/strings/str_split.h"
 #include "client.h"
 #include "common.h"
+#include "gpuslice/util/clock.h"
+#include "gpuslice/util/duration.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -79,12 +81,39 @@ int Call(const ClientOptions& options, const std::string& method, const std::str
     return kExitBadInput;
   }
   reply->status = answer->status;
-  reply->body = std::move(answer->body);
   if (answer->status >= 400 && !(conflict_is_answer && answer->status == 409)) {
-    PrintError(absl::StrCat(answer->status, ": ", answer->Error()));
-    return answer->status == 401 || answer->status == 403 ? 3 : 1;
+    PrintError(RefusalText(answer->status, answer->Error()));
+    reply->body = std::move(answer->body);
+    return answer->status == 401 || answer->status == 403 ? kExitNotAllowed : kExitCheckFailed;
   }
+  reply->body = std::move(answer->body);
   return kExitOk;
+}
+
+std::string RefusalText(int http_status, const std::string& message) {
+  const char* what = "refused";
+  switch (http_status) {
+    case 400:
+    case 411:
+    case 413:
+    case 415:
+      what = "bad request";
+      break;
+    case 401:
+      return absl::StrCat("not signed in: ", message, " (check --token or $GPUSLICE_TOKEN)");
+    case 403:
+      what = "not allowed";
+      break;
+    case 404:
+      what = "not found";
+      break;
+    case 429:
+      what = "too many attempts";
+      break;
+    default:
+      if (http_status >= 500) what = "the server failed";
+  }
+  return absl::StrCat(what, ": ", message);
 }
 
 namespace {
@@ -111,37 +140,6 @@ void PrintLease(const json& lease) {
             << When(lease["expires_at"].get<std::int64_t>())
             << " UTC; purpose: " << lease["purpose"].get<std::string>() << "\n";
 }
-
-std::int64_t ParseDuration(const std::string& text, std::int64_t max_s) {
-  if (text.empty()) return -1;
-  const char unit = text.back();
-  const std::int64_t scale = unit == 'd'   ? 86400
-                             : unit == 'h' ? 3600
-                             : unit == 'm' ? 60
-                             : unit == 's' ? 1
-                                           : 0;
-  std::int64_t value = 0;
-  const std::string number = scale == 0 ? text : text.substr(0, text.size() - 1);
-  if (!absl::SimpleAtoi(number, &value) || value <= 0 ||
-      value > max_s / std::max<std::int64_t>(scale, 1)) {
-    return -1;
-  }
-  return value * std::max<std::int64_t>(scale, 1);
-}
-
-namespace {
-
-// "7d", "12h", "30m", "45s" (that long ago) or epoch seconds -> epoch seconds; -1 when it is
-// none of those (a time in the future, or before the epoch).
-std::int64_t ParseSince(const std::string& text) {
-  if (text.empty()) return 0;
-  std::int64_t epoch = 0;
-  if (absl::SimpleAtoi(text, &epoch)) return epoch >= 0 ? epoch : -1;
-  const std::int64_t ago = ParseDuration(text, 100LL * 365 * 86400);
-  return ago < 0 ? -1 : EpochNow() - ago;
-}
-
-}  // namespace
 
 void AddConnection(CLI::App* cmd, ClientOptions& options) {
   cmd->add_option("--server", options.server,
@@ -193,7 +191,10 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
     cmd->add_option("--vram", o->vram, "VRAM of the share, MiB");
     cmd->add_option("--purpose", o->purpose, "What it is for (required; recorded in the audit)")
         ->required();
-    cmd->add_option("--ttl", o->ttl, "Lease seconds (default: the class's maximum)");
+    cmd->add_option(
+           "--ttl", o->ttl,
+           "How long the lease lasts: 90m, 8h, 3600 (seconds); default: the class's maximum")
+        ->transform(Duration(util::kMaxDurationS));
     cmd->add_flag("--no-wait", o->no_wait, "Refuse instead of queueing when there is no room now");
     cmd->callback([o, action] {
       *action = [o] {
@@ -265,7 +266,9 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
         ->required()
         ->check(PositiveId());
     if (verb == "renew")
-      cmd->add_option("--ttl", o->ttl, "Seconds from now (default: the class's maximum)");
+      cmd->add_option("--ttl", o->ttl,
+                      "How long from now: 90m, 8h, 3600 (seconds); default: the class's maximum")
+          ->transform(Duration(util::kMaxDurationS));
     cmd->callback([o, action, verb] {
       *action = [o, verb] {
         Reply reply;
@@ -324,17 +327,20 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
     CLI::App* cmd = app.add_subcommand("audit", "Who took which slice, when and why");
     AddConnection(cmd, o->c);
     cmd->add_option("--tenant", o->tenant, "Only this tenant (admins)");
-    cmd->add_option("--since", o->since, "7d, 12h, 30m or epoch seconds");
+    cmd->add_option("--since", o->since,
+                    "From when: a duration ago (7d, 12h, 30m, 90 seconds), an RFC 3339 date or "
+                    "time (2026-12-01, 2026-12-01T08:30:00Z) or @EPOCH");
     cmd->add_option("--limit", o->limit, "At most this many events")->check(CLI::Range(1, 100000));
     cmd->callback([o, action] {
       *action = [o] {
-        const std::int64_t since = ParseSince(o->since);
-        if (since < 0) {
-          PrintError("--since: 7d, 12h, 30m, 45s or epoch seconds");
+        absl::StatusOr<std::int64_t> since =
+            o->since.empty() ? std::int64_t{0} : util::ParseSince(o->since, util::EpochNow());
+        if (!since.ok()) {
+          PrintError(absl::StrCat("--since: ", since.status().message()));
           return kExitBadInput;
         }
         Reply reply;
-        const std::string path = absl::StrCat("/v1/audit?since=", since, "&limit=", o->limit,
+        const std::string path = absl::StrCat("/v1/audit?since=", *since, "&limit=", o->limit,
                                               o->tenant.empty() ? "" : "&tenant=" + o->tenant);
         if (int rc = Call(o->c, "GET", path, nullptr, &reply); rc != 0) return rc;
         if (o->c.json_output) {
@@ -427,8 +433,12 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
     klass->add_option("--share", k->share, "A share of a shared GPU, milli");
     klass->add_option("--vram", k->vram, "VRAM of the share, MiB");
     klass->add_flag("--full", k->full, "A whole GPU");
-    klass->add_option("--max-lease", k->max_lease, "Longest lease, seconds");
-    klass->add_option("--idle-timeout", k->idle, "Reclaim after this many idle seconds (0: never)");
+    klass->add_option("--max-lease", k->max_lease, "Longest lease: 8h, 7d, 3600 (seconds)")
+        ->transform(Duration(util::kMaxDurationS));
+    klass
+        ->add_option("--idle-timeout", k->idle,
+                     "Reclaim after this long idle: 1h, 30m; 0 or never: no reclaim")
+        ->transform(Duration(util::kMaxDurationS, /*zero_means_none=*/true));
     klass->add_flag("--delete", k->remove, "Delete the class");
     klass->callback([k, action] {
       *action = [k] {

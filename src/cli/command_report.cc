@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "client.h"
 #include "common.h"
+#include "gpuslice/util/duration.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -130,13 +131,12 @@ bool WriteFileAtomically(const std::string& path, const std::string& text) {
 }
 
 int RunReportUsage(const ReportOptions& o) {
-  const std::int64_t since = ParseDuration(o.since, kMaxSinceS);
-  if (since < 0) {
-    PrintError(absl::StrCat("--since '", o.since,
-                            "': a duration like 7d, 24h, 30m or 45s (seconds without a unit), "
-                            "from 1 second up to 90d"));
+  const absl::StatusOr<std::int64_t> window = util::ParseDuration(o.since, kMaxSinceS);
+  if (!window.ok()) {
+    PrintError(absl::StrCat("--since: ", window.status().message(), " (the history keeps 90d)"));
     return kExitBadInput;
   }
+  const std::int64_t since = *window;
   if (o.by != "workload" && o.by != "tenant" && o.by != "class") {
     PrintError(absl::StrCat("--by '", o.by, "': workload, tenant or class"));
     return kExitBadInput;

@@ -28,6 +28,7 @@
 #include "client.h"
 #include "common.h"
 #include "gpuslice/shim/slices.h"
+#include "gpuslice/util/duration.h"
 #include "gpuslice/util/shell.h"
 #include "gpuslice/util/subprocess.h"
 #include "interposer_path.h"
@@ -296,7 +297,10 @@ void AddRunCommands(CLI::App& app, const GlobalOptions& global, Action* action) 
     cmd->add_option("--vram", o->vram, "VRAM of the share, MiB");
     cmd->add_option("--purpose", o->purpose, "What it is for (required; recorded in the audit)")
         ->required();
-    cmd->add_option("--ttl", o->ttl, "Lease seconds, renewed at half-time while the command runs");
+    cmd->add_option("--ttl", o->ttl,
+                    "How long the lease lasts (90m, 8h, 3600 seconds), renewed at half-time while "
+                    "the command runs")
+        ->transform(Duration(util::kMaxDurationS));
     cmd->add_flag("--no-wait", o->no_wait, "Fail instead of queueing when there is no room now");
     cmd->add_option("--queue-timeout", o->queue_timeout,
                     "Give up after waiting this many seconds in the queue (0: wait on)");

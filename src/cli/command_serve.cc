@@ -243,9 +243,10 @@ void AddServeCommand(CLI::App& app, const GlobalOptions& global, Action* action)
                 "or on a trusted loopback");
   cmd->add_option("--policy", options->policy, "Placement policy (see gpuslice replay)")
       ->capture_default_str();
-  cmd->add_option("--tick", options->tick_s, "Seconds between expiry/idle/queue sweeps")
+  cmd->add_option("--tick", options->tick_s,
+                  "Time between expiry/idle/queue sweeps (5s, 1m; at most 1h)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 3600));
+      ->transform(Duration(3600));
   cmd->add_option("--alert-webhook", options->alert_webhook,
                   "POST every alert that fires or clears, as JSON, to this http:// URL");
   cmd->add_option("--auth-max-failures", options->auth_max_failures,
@@ -254,13 +255,14 @@ void AddServeCommand(CLI::App& app, const GlobalOptions& global, Action* action)
       ->capture_default_str()
       ->check(CLI::Range(1, 1'000'000));
   cmd->add_option("--auth-window", options->auth_window_s,
-                  "Seconds over which failed authentications are counted")
+                  "Time over which failed authentications are counted (60s, 5m; at most 1d)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 86'400));
+      ->transform(Duration(86'400));
   cmd->add_option("--auth-lockout", options->auth_lockout_s,
-                  "Seconds a locked-out source is answered 429 (Retry-After), its tokens unread")
+                  "How long a locked-out source is answered 429 (Retry-After), its tokens unread "
+                  "(60s, 10m; at most 1d)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 86'400));
+      ->transform(Duration(86'400));
   cmd->callback([options, action, &global] {
     *action = [options, &global] { return RunServe(global, *options); };
   });

@@ -7,7 +7,6 @@
 // details scrolled, sorted, the help screen; keys repaint at once without a new collection).
 // q or Ctrl-C quits and restores the terminal.
 // --once prints one frame without escape codes; --json prints one frame's data as JSON.
-#include <httplib.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <termios.h>
@@ -18,7 +17,6 @@
 #include <csignal>
 #include <ctime>
 #include <deque>
-#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -134,19 +132,16 @@ std::size_t Width(const TopCommandOptions& options, bool tty) {
 class LeaseSource {
  public:
   explicit LeaseSource(const TopCommandOptions& options) {
-    server_ = !options.server.empty() ? options.server : Env("GPUSLICE_SERVER");
-    token_ = !options.token.empty() ? options.token : Env("GPUSLICE_TOKEN");
-    if (token_.empty() && !server_.empty()) {
-      std::ifstream file("gpuslice-admin.token");
-      std::getline(file, token_);
-    }
+    client_.server = !options.server.empty() ? options.server : Env("GPUSLICE_SERVER");
+    client_.token = options.token;
+    client_.timeout_s = 2;
   }
 
   // Refreshes the leases (at most every `every`); returns them and sets `status` to a line that
   // says where they come from or why there are none.
   const std::map<std::string, std::vector<DeviceLease>>& Get(Clock::duration every,
                                                              std::string* status) {
-    if (server_.empty()) {
+    if (client_.server.empty()) {
       *status = "leases: no server configured (--server or GPUSLICE_SERVER)";
       return leases_;
     }
@@ -161,48 +156,32 @@ class LeaseSource {
   }
 
  private:
+  // One GET /v1/leases through the API client (the token as every client command finds it).
   void Fetch() {
-    const bool tls = server_.rfind("https://", 0) == 0;
-    if (!tls && server_.rfind("http://", 0) != 0) {
-      leases_.clear();
-      status_ = "leases: " + server_ + " is not an http:// or https:// URL";
+    leases_.clear();
+    absl::StatusOr<api::ClientSettings> settings = ClientSettings(client_);
+    absl::StatusOr<api::Client> client =
+        settings.ok() ? api::Client::Make(*std::move(settings)) : settings.status();
+    absl::StatusOr<api::Response> answer =
+        client.ok() ? client->Call("GET", "/v1/leases") : client.status();
+    if (!answer.ok()) {
+      status_ = "leases: " + std::string(answer.status().message());
       return;
     }
-    httplib::Client client(server_);
-    if (tls) {
-      client.enable_server_certificate_verification(true);
-      if (const std::string ca = CaFile(ClientOptions{}); !ca.empty()) client.set_ca_cert_path(ca);
-    }
-    client.set_connection_timeout(1);
-    client.set_read_timeout(2);
-    httplib::Headers headers;
-    if (!token_.empty()) headers.emplace("Authorization", "Bearer " + token_);
-    httplib::Result result = client.Get("/v1/leases", headers);
-    if (!result) {
-      leases_.clear();
-      status_ = "leases: cannot reach " + server_ + " (" + httplib::to_string(result.error()) + ")";
+    if (answer->status != 200) {
+      status_ = "leases: " + RefusalText(answer->status, answer->Error());
       return;
     }
-    const nlohmann::json body = nlohmann::json::parse(result->body, nullptr, false);
-    if (result->status != 200) {
-      leases_.clear();
-      const std::string error =
-          body.is_object() && body.contains("error") && body["error"].is_string()
-              ? body["error"].get<std::string>()
-              : result->body;
-      status_ = "leases: " + server_ + " answered " + std::to_string(result->status) + ": " + error;
-      return;
-    }
+    const nlohmann::json& body = answer->body;
     leases_ = LeasesByDevice(body);
     std::size_t count = body.is_object() && body.contains("leases") && body["leases"].is_array()
                             ? body["leases"].size()
                             : 0;
-    status_ = "leases: " + std::to_string(count) + " active from " + server_ +
+    status_ = "leases: " + std::to_string(count) + " active from " + client_.server +
               " (an admin token sees every tenant's)";
   }
 
-  std::string server_;
-  std::string token_;
+  ClientOptions client_;
   bool fetched_ = false;
   Clock::time_point fetched_at_;
   std::string status_;

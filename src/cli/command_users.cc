@@ -14,6 +14,7 @@
 #include "common.h"
 #include "gpuslice/alloc/service.h"
 #include "gpuslice/store/database.h"
+#include "gpuslice/util/duration.h"
 #include "gpuslice/util/private_file.h"
 
 namespace gpuslice::cli {
@@ -21,12 +22,13 @@ namespace {
 
 using nlohmann::json;
 
-// A token's lifetime: a duration (ParseDuration) of at most ten years; "never" or "0": no end.
-// nullopt when malformed.
+// A token's lifetime: a duration (util::ParseDuration) of at most ten years; "never" or "0": no
+// end. nullopt when malformed.
 std::optional<std::int64_t> ParseLifetime(const std::string& text) {
   if (text == "never" || text == "0") return 0;
-  const std::int64_t seconds = ParseDuration(text, alloc::Service::kMaxTokenLifetimeS);
-  return seconds > 0 ? std::optional<std::int64_t>(seconds) : std::nullopt;
+  const absl::StatusOr<std::int64_t> seconds =
+      util::ParseDuration(text, alloc::Service::kMaxTokenLifetimeS);
+  return seconds.ok() ? std::optional<std::int64_t>(*seconds) : std::nullopt;
 }
 
 CLI::Validator Lifetime() {

@@ -7,6 +7,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "gpuslice/util/duration.h"
+
 namespace gpuslice::cli {
 
 const hw::Catalog* LoadCatalog(const GlobalOptions& options) {
@@ -249,5 +251,20 @@ nlohmann::json ProfileJson(const hw::MigSpec& mig, const hw::GiProfile& profile)
 void PrintJson(const nlohmann::json& value) { std::cout << value.dump(2) << "\n"; }
 
 void PrintError(const std::string& message) { std::cerr << "gpuslice: " << message << "\n"; }
+
+CLI::Validator Duration(std::int64_t max_s, bool zero_means_none) {
+  return CLI::Validator(
+      [max_s, zero_means_none](std::string& text) -> std::string {
+        if (zero_means_none && (text == "0" || text == "never")) {
+          text = "0";
+          return "";
+        }
+        absl::StatusOr<std::int64_t> seconds = util::ParseDuration(text, max_s);
+        if (!seconds.ok()) return std::string(seconds.status().message());
+        text = std::to_string(*seconds);
+        return "";
+      },
+      zero_means_none ? "DURATION|never" : "DURATION");
+}
 
 }  // namespace gpuslice::cli

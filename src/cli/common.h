@@ -14,12 +14,15 @@
 
 namespace gpuslice::cli {
 
-// Exit codes: 0 success / valid, 1 a check failed (invalid layout), 2 bad input or usage.
+// Exit codes (docs/CLI.md): 0 success / valid; 1 a check failed (invalid layout) or the server
+// refused; 2 bad input, usage, or the server unreachable; 3 not signed in or not allowed (a
+// missing, wrong, expired or under-privileged token); 4 queued.
 inline constexpr int kExitOk = 0;
-// `acquire`: the request waits in the queue; no slice is granted yet.
-inline constexpr int kExitQueued = 4;
 inline constexpr int kExitCheckFailed = 1;
 inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitNotAllowed = 3;
+// `acquire`: the request waits in the queue; no slice is granted yet.
+inline constexpr int kExitQueued = 4;
 
 // Options every subcommand shares.
 struct GlobalOptions {
@@ -32,6 +35,12 @@ using Action = std::function<int()>;
 // The built-in catalog plus the user's --catalog files. Prints the error and returns nullptr when
 // a file cannot be read or is invalid.
 const hw::Catalog* LoadCatalog(const GlobalOptions& options);
+
+// A duration option's text in the one syntax of util/duration.h ("90", "45s", "30m", "1h30m",
+// "7d"), turned into whole seconds for the option's integer: `->transform(Duration(max_s))`.
+// With `zero_means_none`, "0" and "never" are accepted and give 0. Refused text is a usage error
+// that shows the accepted forms.
+CLI::Validator Duration(std::int64_t max_s, bool zero_means_none = false);
 
 // Resolves a GPU name; prints the error (with suggestions) on failure.
 const hw::GpuModel* ResolveGpu(const hw::Catalog& catalog, const std::string& name);

@@ -337,7 +337,7 @@ TEST_F(RunCliTest, LeaseEnvAndDockerArgsNameTheDevicesAndRefuseAReleasedLease) {
   }
   Outcome missing = Gpuslice("lease env 999");
   EXPECT_NE(missing.exit_code, 0) << missing.output;
-  EXPECT_THAT(missing.output, HasSubstr("404"));
+  EXPECT_THAT(missing.output, HasSubstr("not found: "));
 }
 
 TEST_F(RunCliTest, ExactlyOneOfClassProfileOrShareIsRequired) {

@@ -125,19 +125,24 @@ TEST(ServeCliTest, ServesClientsStopsOnSigtermAndKeepsStateAcrossRestarts) {
   EXPECT_EQ(listed["leases"][0]["tenant"], "team-a");
 
   // Admin commands are forbidden to a tenant (exit 3); a wrong token is unauthorised (exit 3).
+  // Both say so in words, with the server's reason, never as an HTTP code or raw JSON.
   Outcome forbidden = Gpuslice("admin tenant team-b");
   EXPECT_EQ(forbidden.exit_code, 3) << forbidden.output;
-  EXPECT_THAT(forbidden.output, HasSubstr("403"));
+  EXPECT_THAT(forbidden.output, HasSubstr("gpuslice: not allowed: "));
+  EXPECT_THAT(forbidden.output, Not(HasSubstr("403")));
+  EXPECT_THAT(forbidden.output, Not(HasSubstr("{\"error\"")));
   Outcome wrong = Gpuslice("leases --token gs_wrong");
   EXPECT_EQ(wrong.exit_code, 3) << wrong.output;
-  EXPECT_THAT(wrong.output, HasSubstr("401"));
+  EXPECT_THAT(wrong.output, HasSubstr("gpuslice: not signed in: "));
+  EXPECT_THAT(wrong.output, HasSubstr("(check --token or $GPUSLICE_TOKEN)"));
+  EXPECT_THAT(wrong.output, Not(HasSubstr("401")));
 
   Outcome released = Gpuslice("release " + id);
   ASSERT_EQ(released.exit_code, 0) << released.output;
   EXPECT_THAT(released.output, HasSubstr("released lease " + id));
   Outcome again = Gpuslice("release " + id);
-  EXPECT_NE(again.exit_code, 0) << again.output;
-  EXPECT_THAT(again.output, HasSubstr("404"));
+  EXPECT_EQ(again.exit_code, 1) << again.output;
+  EXPECT_THAT(again.output, HasSubstr("gpuslice: not found: "));
   Outcome none = Gpuslice("leases");
   EXPECT_EQ(none.exit_code, 0) << none.output;
   EXPECT_THAT(none.output, HasSubstr("no leases"));

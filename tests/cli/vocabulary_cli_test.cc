@@ -1,8 +1,20 @@
 // One CLI vocabulary (issue 25, item 6), through the built binary: a mistyped command or option
-// is named with the closest ones ("did you mean"), exits 2, and prints no CLI11 boilerplate.
+// is named with the closest ones ("did you mean"), exits 2, and prints no CLI11 boilerplate; every
+// duration option reads one syntax, and `--since` means "that long ago" in every command; a
+// server's refusal is printed in words with its documented exit code, never as an HTTP code.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "nlohmann/json.hpp"
 #include "run_gpuslice.h"
 
 namespace gpuslice::cli {
@@ -43,6 +55,120 @@ TEST(Vocabulary, AMistypedOptionSuggestsTheCommandsOwn) {
   EXPECT_EQ(acquire.exit_code, 2);
   EXPECT_THAT(acquire.output, HasSubstr("unknown option '--clas' for 'gpuslice acquire'; did you "
                                         "mean '--class'"));
+}
+
+// A loopback stand-in for the API: answers every request with `status` and `body`, and keeps
+// the last request's path and query.
+class StandInApi {
+ public:
+  StandInApi(int status, nlohmann::json body) {
+    auto answer = [this, status, body](const httplib::Request& request,
+                                       httplib::Response& response) {
+      last_target_ = request.path;
+      last_body_ = nlohmann::json::parse(request.body, nullptr, false);
+      for (const auto& [key, value] : request.params) params_[key] = value;
+      response.status = status;
+      response.set_content(body.dump(), "application/json");
+    };
+    server_.Get(".*", answer);
+    server_.Post(".*", answer);
+    server_.Put(".*", answer);
+    server_.Delete(".*", answer);
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    for (int i = 0; i < 500 && !server_.is_running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ~StandInApi() {
+    server_.stop();
+    thread_.join();
+  }
+  std::string Url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string Param(const std::string& key) const {
+    auto it = params_.find(key);
+    return it == params_.end() ? "" : it->second;
+  }
+  const std::string& last_target() const { return last_target_; }
+  const nlohmann::json& last_body() const { return last_body_; }
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  std::string last_target_;
+  nlohmann::json last_body_;
+  std::map<std::string, std::string> params_;
+};
+
+std::int64_t Now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+TEST(Vocabulary, AuditSinceABareNumberIsThatManySecondsAgo) {
+  StandInApi api(200, {{"events", nlohmann::json::array()}});
+  const std::int64_t before = Now();
+  const testing::CommandResult audit =
+      RunGpuslice("audit --since 60 --token gs_x --server " + api.Url());
+  const std::int64_t after = Now();
+  ASSERT_EQ(audit.exit_code, 0) << audit.output;
+  std::int64_t since = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(api.Param("since"), &since)) << api.last_target();
+  EXPECT_GE(since, before - 60);
+  EXPECT_LE(since, after - 60);
+  // A date in RFC 3339 and @EPOCH are points in time.
+  ASSERT_EQ(RunGpuslice("audit --since 2026-12-01 --token gs_x --server " + api.Url()).exit_code,
+            0);
+  EXPECT_EQ(api.Param("since"), "1796083200");
+  ASSERT_EQ(RunGpuslice("audit --since @1733000000 --token gs_x --server " + api.Url()).exit_code,
+            0);
+  EXPECT_EQ(api.Param("since"), "1733000000");
+}
+
+TEST(Vocabulary, DurationOptionsReadOneSyntax) {
+  StandInApi api(200, {{"id", 7}, {"state", "active"}});
+  // 1h30m is sent as seconds; a malformed one is a usage error that shows the forms.
+  const testing::CommandResult renew =
+      RunGpuslice("renew 7 --ttl 1h30m --token gs_x --server " + api.Url());
+  EXPECT_EQ(api.last_target(), "/v1/leases/7/renew") << renew.output;
+  EXPECT_EQ(api.last_body(), nlohmann::json({{"ttl_s", 5400}})) << renew.output;
+  const testing::CommandResult bad = RunGpuslice("renew 7 --ttl 90x --token gs_x");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("--ttl"));
+  EXPECT_THAT(bad.output, HasSubstr("90x"));
+  const testing::CommandResult tick = RunGpuslice("serve --tick 2h");
+  EXPECT_EQ(tick.exit_code, 2) << tick.output;
+  EXPECT_THAT(tick.output, HasSubstr("--tick"));
+  const testing::CommandResult report = RunGpuslice("report usage --since 1970-01-01");
+  EXPECT_EQ(report.exit_code, 2) << report.output;
+  EXPECT_THAT(report.output, HasSubstr("--since"));
+}
+
+TEST(Vocabulary, RefusalsAreWordsWithTheirExitCodes) {
+  struct Case {
+    int http;
+    const char* words;
+    int exit_code;
+  };
+  for (const Case& c : {Case{401, "gpuslice: not signed in: no such token (check --token", 3},
+                        Case{403, "gpuslice: not allowed: no such token", 3},
+                        Case{404, "gpuslice: not found: no such token", 1},
+                        Case{429, "gpuslice: too many attempts: no such token", 1},
+                        Case{500, "gpuslice: the server failed: no such token", 1}}) {
+    StandInApi api(c.http, {{"error", "no such token"}});
+    const testing::CommandResult leases = RunGpuslice("leases --token gs_x --server " + api.Url());
+    EXPECT_EQ(leases.exit_code, c.exit_code) << c.http << ": " << leases.output;
+    EXPECT_THAT(leases.output, HasSubstr(c.words)) << c.http;
+    EXPECT_THAT(leases.output, Not(HasSubstr(std::to_string(c.http)))) << c.http;
+    EXPECT_THAT(leases.output, Not(HasSubstr("{"))) << c.http;
+  }
+  // Unreachable is exit 2, and says where it looked.
+  const testing::CommandResult down =
+      RunGpuslice("leases --token gs_x --server http://127.0.0.1:1");
+  EXPECT_EQ(down.exit_code, 2) << down.output;
+  EXPECT_THAT(down.output, HasSubstr("cannot reach http://127.0.0.1:1"));
 }
 
 }  // namespace
