@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "admin_tables.h"
 #include "client.h"
 #include "common.h"
 #include "gpuslice/util/clock.h"
@@ -411,7 +412,7 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
         if (t->c.json_output) {
           PrintJson(reply.body);
         } else {
-          std::cout << "tenant " << t->name << ": " << reply.body.dump() << "\n";
+          std::cout << TenantsTable(json::array({reply.body}));
         }
         return kExitOk;
       };
@@ -464,7 +465,7 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
         if (k->c.json_output) {
           PrintJson(reply.body);
         } else {
-          std::cout << "class " << k->name << ": " << reply.body.dump() << "\n";
+          std::cout << ClassesTable(json::array({reply.body}));
         }
         return kExitOk;
       };
@@ -482,7 +483,9 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
             PrintJson(reply.body);
             return kExitOk;
           }
-          for (const json& item : reply.body[list]) std::cout << item.dump() << "\n";
+          const json& items = reply.body.is_object() && reply.body.contains(list) ? reply.body[list]
+                                                                                  : json::array();
+          std::cout << (list == "tenants" ? TenantsTable(items) : ClassesTable(items));
           return kExitOk;
         };
       });

@@ -179,10 +179,15 @@ TEST(ServeCliTest, ServesClientsStopsOnSigtermAndKeepsStateAcrossRestarts) {
   EXPECT_EQ(fs::last_write_time(token_file), token_mtime);
   EXPECT_FALSE(fs::exists(token_file + ".tmp"));
   token_env.Set(admin_token);
-  Outcome tenants = Gpuslice("admin tenants");
+  // The quota survived the restart: in the API's JSON, and in the table printed by default.
+  Outcome tenants = Gpuslice("admin tenants --json", /*with_stderr=*/false);
   ASSERT_EQ(tenants.exit_code, 0) << tenants.output;
   EXPECT_THAT(tenants.output, HasSubstr("\"team-a\""));
-  EXPECT_THAT(tenants.output, HasSubstr("\"small\":1"));
+  EXPECT_THAT(tenants.output, HasSubstr("\"small\": 1"));
+  Outcome table = Gpuslice("admin tenants");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_THAT(table.output, HasSubstr("TENANT"));
+  EXPECT_THAT(table.output, HasSubstr("small=1"));
   token_env.Set(ann);
   Outcome history = Gpuslice("leases --all --json", /*with_stderr=*/false);
   ASSERT_EQ(history.exit_code, 0) << history.output;
