@@ -11,9 +11,7 @@
 #include "client.h"
 #include "common.h"
 #include "gpuslice/agent/node_agent.h"
-#include "gpuslice/device/nvml_backend.h"
-#include "gpuslice/device/sim_backend.h"
-#include "gpuslice/device/sim_machine.h"
+#include "gpuslice/device/open_machine.h"
 #include "gpuslice/device/synchronized_backend.h"
 #include "gpuslice/server/metrics_listener.h"
 
@@ -26,8 +24,7 @@ void OnStop(int) { g_stop = true; }
 struct AgentOptions {
   ClientOptions c;
   agent::NodeAgentOptions node;
-  std::string sim_fleet;
-  std::string sim_state;
+  std::string sim;  // a fleet spec or a state file; empty: NVML (gpuslice/device/open_machine.h)
   bool once = false;
   std::string metrics_listen;      // HOST:PORT for GET /metrics; empty: none
   std::string metrics_token_file;  // the bearer token scrapes must send
@@ -38,10 +35,6 @@ std::string Log() { return "gpuslice agent: "; }
 int RunAgent(const GlobalOptions& global, const AgentOptions& o) {
   const hw::Catalog* catalog = LoadCatalog(global);
   if (catalog == nullptr) return kExitBadInput;
-  if (!o.sim_fleet.empty() && !o.sim_state.empty()) {
-    PrintError("give --sim-fleet or --sim-state, not both");
-    return kExitBadInput;
-  }
   absl::StatusOr<std::optional<server::ListenAddress>> metrics_option =
       server::ParseMetricsListenOption(o.metrics_listen);
   if (!metrics_option.ok()) {
@@ -66,39 +59,19 @@ int RunAgent(const GlobalOptions& global, const AgentOptions& o) {
                "or listen on 127.0.0.1");
     return kExitBadInput;
   }
-  std::shared_ptr<device::Backend> backend;
-  if (!o.sim_state.empty()) {
-    absl::StatusOr<std::unique_ptr<device::SimBackend>> sim =
-        device::SimBackend::OpenFile(o.sim_state, *catalog);
-    if (!sim.ok()) {
-      PrintError(absl::StrCat("--sim-state: ", sim.status().message()));
+  // Seeded by the host name, so that simulated machines have distinct UUIDs.
+  absl::StatusOr<std::unique_ptr<device::Backend>> opened =
+      device::OpenMachine(o.sim, *catalog, std::hash<std::string>{}(o.node.host) | 1);
+  if (!opened.ok()) {
+    if (device::KindOf(o.sim) != device::MachineKind::kLocalGpus) {
+      PrintError(std::string(opened.status().message()));
       return kExitBadInput;
     }
-    backend = *std::move(sim);
-  } else if (!o.sim_fleet.empty()) {
-    // Seeded by the host name, so that simulated machines have distinct UUIDs.
-    absl::StatusOr<device::sim::SimState> state =
-        device::sim::NewMachine(*catalog, o.sim_fleet, std::hash<std::string>{}(o.node.host) | 1);
-    if (!state.ok()) {
-      PrintError(absl::StrCat("--sim-fleet: ", state.status().message()));
-      return kExitBadInput;
-    }
-    for (device::sim::SimGpu& gpu : state->gpus) {
-      if (gpu.mig_capable) {
-        gpu.mig_current = device::MigMode::kEnabled;
-        gpu.mig_pending = device::MigMode::kEnabled;
-      }
-    }
-    backend = std::make_shared<device::SimBackend>(*std::move(state), *catalog);
-  } else {
-    absl::StatusOr<std::unique_ptr<device::NvmlBackend>> nvml = device::NvmlBackend::Load(*catalog);
-    if (!nvml.ok()) {
-      PrintError(absl::StrCat("no NVIDIA driver: ", nvml.status().message(),
-                              " (for a simulated machine, give --sim-fleet or --sim-state)"));
-      return 1;
-    }
-    backend = *std::move(nvml);
+    PrintError(absl::StrCat("no NVIDIA driver: ", opened.status().message(),
+                            " (for a simulated machine, give --sim FLEET or --sim STATE_FILE)"));
+    return 1;
   }
+  std::shared_ptr<device::Backend> backend = *std::move(opened);
   absl::StatusOr<std::vector<device::GpuInfo>> listed = backend->ListGpus();
   if (!listed.ok()) {
     PrintError(std::string(listed.status().message()));
@@ -173,10 +146,12 @@ void AddAgentCommand(CLI::App& app, const GlobalOptions& global, Action* action)
   cmd->add_option("--client-key", o->c.client_key, "The client certificate's private key (PEM)");
   cmd->add_option("--host", o->node.host, "This machine's name in the service")
       ->capture_default_str();
-  cmd->add_option("--sim-fleet", o->sim_fleet,
-                  "A simulated machine instead of NVML, e.g. 2xH100-80GB (MIG on where possible)");
-  cmd->add_option("--sim-state", o->sim_state,
-                  "A simulated machine kept in a state file (see gpuslice sim)");
+  cmd->add_option("--sim", o->sim,
+                  "A simulated machine instead of NVML: a fleet such as 2xH100-80GB (MIG on where "
+                  "possible) or a state file made by `gpuslice sim create`");
+  // The spellings before one --sim, kept for a release (hidden from --help).
+  cmd->add_option("--sim-fleet", o->sim)->group("");
+  cmd->add_option("--sim-state", o->sim)->group("");
   cmd->add_option("--interval", o->node.interval_s, "Time between rounds (2s, 1m; at most 10m)")
       ->capture_default_str()
       ->transform(Duration(600));

@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "common.h"
 #include "device_options.h"
+#include "gpuslice/device/open_machine.h"
 #include "gpuslice/dra/device_classes.h"
 #include "gpuslice/dra/driver.h"
 #include "gpuslice/dra/gpu_devices.h"
@@ -195,6 +196,12 @@ int RunDraDriver(const GlobalOptions& global, const DraDriverOptions& o) {
   std::unique_ptr<device::Backend> backend = OpenBackend(o.device, *catalog);
   if (backend == nullptr) return 1;
   if (o.once) return RunOnce(o, *backend, *catalog);
+  if (device::KindOf(SimPath(o.device)) == device::MachineKind::kFleet) {
+    PrintError("--sim " + SimPath(o.device) +
+               ": a fleet is a new machine each run, which the driver's checkpoint would not "
+               "match; make a state file with `gpuslice sim create FILE SPEC` and pass --sim FILE");
+    return kExitBadInput;
+  }
 
   dra::DriverOptions options;
   options.node = NodeOptions(o);

@@ -34,7 +34,7 @@ namespace {
 struct ServeOptions {
   std::string db = "gpuslice.db";
   std::string listen = "127.0.0.1:8470";
-  std::string sim_fleet;
+  std::string sim;  // --sim: a fleet spec or a state file
   std::string token_file = "gpuslice-admin.token";
   std::string policy = "gpuslice";
   int tick_s = 5;
@@ -139,8 +139,7 @@ int RunServe(const GlobalOptions& global, const ServeOptions& options) {
     PrintError("--listen: HOST:PORT, e.g. 127.0.0.1:8470");
     return kExitBadInput;
   }
-  absl::StatusOr<server::Fleet> fleet =
-      server::OpenFleet(*catalog, options.sim_fleet, TokenDir(options));
+  absl::StatusOr<server::Fleet> fleet = server::OpenFleet(*catalog, options.sim, TokenDir(options));
   if (!fleet.ok()) return Fail(fleet.status());
   // API threads (the binder), the tick (layouts) and the metrics all use the machine's backend.
   auto shared = std::make_shared<device::SynchronizedBackend>(fleet->backend);
@@ -221,8 +220,12 @@ void AddServeCommand(CLI::App& app, const GlobalOptions& global, Action* action)
       ->capture_default_str();
   cmd->add_option("--listen", options->listen, "HOST:PORT to listen on (loopback by default)")
       ->capture_default_str();
-  cmd->add_option("--sim-fleet", options->sim_fleet,
-                  "Hand out a simulated fleet instead of local GPUs, e.g. 4xH100-80GB,4xA100-80GB");
+  cmd->add_option("--sim", options->sim,
+                  "Hand out a simulated machine instead of local GPUs: a fleet such as "
+                  "4xH100-80GB,4xA100-80GB (kept beside the admin token) or a state file made by "
+                  "`gpuslice sim create`");
+  // The spelling before one --sim, kept for a release (hidden from --help).
+  cmd->add_option("--sim-fleet", options->sim)->group("");
   cmd->add_option("--admin-token-file", options->token_file,
                   "Where the first start writes the admin's API token (mode 0600)")
       ->capture_default_str();

@@ -87,8 +87,28 @@ std::optional<std::uint64_t> ParseThrottle(const std::string& text, std::string*
 }
 
 // Runs `fn` on the state under the store's lock; `fn` returns an NVML code or a message.
-int Mutate(const GlobalOptions& global, const std::string& path, const std::string& what,
+// A simulated machine's state file, named as every command names its machine: STATE_FILE, or
+// --sim FILE, else $GPUSLICE_SIM (see StateFileOf).
+void AddStateFile(CLI::App& command, std::string& state) {
+  command.add_option("STATE_FILE", state, "State file (or --sim FILE, or $GPUSLICE_SIM)");
+  command.add_option("--sim", state, "State file, as device commands take it");
+}
+
+// The state file given, else $GPUSLICE_SIM; "" (with the error printed) when neither is.
+std::string StateFileOf(const std::string& given) {
+  if (!given.empty()) return given;
+  const char* env = std::getenv("GPUSLICE_SIM");
+  if (env != nullptr && *env != '\0') return env;
+  PrintError(
+      "no simulated machine: give its state file (STATE_FILE or --sim FILE) or set "
+      "GPUSLICE_SIM");
+  return "";
+}
+
+int Mutate(const GlobalOptions& global, const std::string& given, const std::string& what,
            const std::function<std::string(SimState&, SimMachine&)>& fn) {
+  const std::string path = StateFileOf(given);
+  if (path.empty()) return kExitBadInput;
   const hw::Catalog* catalog = LoadCatalog(global);
   if (catalog == nullptr) return kExitBadInput;
   absl::StatusOr<std::unique_ptr<SimStore>> store = SimStore::Open(path);
@@ -150,7 +170,8 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   CLI::App* sim = app.add_subcommand(
       "sim",
       "Make and control simulated GPU machines (for trying gpuslice and for tests without "
-      "a GPU). Device commands use one with --sim STATE_FILE or GPUSLICE_SIM.");
+      "a GPU). Device commands use one with --sim STATE_FILE or GPUSLICE_SIM, or a fleet that "
+      "lives for one command with --sim 2xH100-80GB.");
   sim->require_subcommand(1);
 
   CLI::App* create = sim->add_subcommand("create", "Make a simulated machine from a fleet spec");
@@ -167,10 +188,12 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   });
 
   CLI::App* show = sim->add_subcommand("show", "Print a simulated machine's state file (JSON)");
-  show->add_option("STATE_FILE", options->state, "State file")->required();
+  AddStateFile(*show, options->state);
   show->callback([&global, options, action] {
     *action = [&global, options] {
-      absl::StatusOr<std::unique_ptr<SimStore>> store = SimStore::Open(options->state);
+      const std::string path = StateFileOf(options->state);
+      if (path.empty()) return kExitBadInput;
+      absl::StatusOr<std::unique_ptr<SimStore>> store = SimStore::Open(path);
       if (!store.ok()) {
         PrintError(std::string(store.status().message()));
         return kExitBadInput;
@@ -191,7 +214,7 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   CLI::App* add_process = process->add_subcommand(
       "add",
       "Attach a process to a GPU (MIG off) or to a compute instance (MIG on: --gi and --ci)");
-  add_process->add_option("STATE_FILE", options->state, "State file")->required();
+  AddStateFile(*add_process, options->state);
   add_process->add_option("--gpu", options->gpu, "GPU index")->required();
   add_process->add_option("--gi", options->gi, "GPU instance id (MIG on)");
   add_process->add_option("--ci", options->ci, "Compute instance id (MIG on)");
@@ -220,7 +243,7 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   });
   CLI::App* remove_process =
       process->add_subcommand("remove", "Detach a process (as if it exited)");
-  remove_process->add_option("STATE_FILE", options->state, "State file")->required();
+  AddStateFile(*remove_process, options->state);
   remove_process->add_option("PID", options->pid, "Process id")->required();
   remove_process->callback([&global, options, action] {
     *action = [&global, options] {
@@ -237,7 +260,7 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
   holder->require_subcommand(1);
   for (const char* verb : {"add", "remove"}) {
     CLI::App* command = holder->add_subcommand(verb, std::string(verb) + " a holder");
-    command->add_option("STATE_FILE", options->state, "State file")->required();
+    AddStateFile(*command, options->state);
     command->add_option("--gpu", options->gpu, "GPU index")->required();
     command->add_option("NAME", options->name, "Holder, e.g. nvidia-persistenced")->required();
     const bool add = std::string(verb) == "add";
@@ -258,7 +281,7 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
       "add",
       "Make call N (counted from now) or calls whose name contains TEXT fail with an NVML "
       "code, or abort the process there");
-  add_fault->add_option("STATE_FILE", options->state, "State file")->required();
+  AddStateFile(*add_fault, options->state);
   add_fault->add_option("--call", options->at_call, "Fire on this call number (1 = the next call)");
   add_fault->add_option("--match", options->match,
                         "Fire on calls whose name contains this (e.g. CreateGpuInstance)");
@@ -286,7 +309,7 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
     };
   });
   CLI::App* clear_fault = fault->add_subcommand("clear", "Remove every fault rule");
-  clear_fault->add_option("STATE_FILE", options->state, "State file")->required();
+  AddStateFile(*clear_fault, options->state);
   clear_fault->callback([&global, options, action] {
     *action = [&global, options] {
       return Mutate(global, options->state, "sim fault clear", [&](SimState& state, SimMachine&) {
@@ -301,7 +324,7 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
       "passthrough",
       "Simulate a GPU passed through to a VM (it cannot be reset: a MIG mode change "
       "stays pending) or undo that");
-  passthrough->add_option("STATE_FILE", options->state, "State file")->required();
+  AddStateFile(*passthrough, options->state);
   passthrough->add_option("--gpu", options->gpu, "GPU index")->required();
   passthrough->add_option("MODE", options->on_off, "on or off")
       ->required()
@@ -322,7 +345,7 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
       "telemetry",
       "Set a simulated GPU's health figures (temperature, power, throttling, ECC, remapped "
       "rows); figures not set follow the load of its processes");
-  telemetry->add_option("STATE_FILE", options->state, "State file")->required();
+  AddStateFile(*telemetry, options->state);
   telemetry->add_option("--gpu", options->gpu, "GPU index")->required();
   telemetry->add_option("--temperature", options->temperature_c, "GPU temperature, C")
       ->check(CLI::Range(-40, 150));
@@ -406,7 +429,7 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
 
   CLI::App* xid = sim->add_subcommand(
       "xid", "Make the simulated driver report a critical Xid error (e.g. 48: double-bit ECC)");
-  xid->add_option("STATE_FILE", options->state, "State file")->required();
+  AddStateFile(*xid, options->state);
   xid->add_option("--gpu", options->gpu, "GPU index")->required();
   xid->add_option("XID", options->xid, "The Xid number")->required()->check(CLI::PositiveNumber);
   xid->add_option("--gi", options->gi, "GPU instance it concerns (MIG)");
@@ -421,7 +444,7 @@ void AddSimCommand(CLI::App& app, const GlobalOptions& global, Action* action) {
 
   CLI::App* lost = sim->add_subcommand(
       "lost", "Make a simulated GPU fall off the bus (every query answers GPU_IS_LOST), or back");
-  lost->add_option("STATE_FILE", options->state, "State file")->required();
+  AddStateFile(*lost, options->state);
   lost->add_option("--gpu", options->gpu, "GPU index")->required();
   lost->add_option("MODE", options->on_off, "on (lost) or off (back)")
       ->required()

@@ -3,17 +3,15 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <functional>
 
 #include "common.h"
-#include "gpuslice/device/nvml_backend.h"
-#include "gpuslice/device/sim_backend.h"
+#include "gpuslice/device/open_machine.h"
 
 namespace gpuslice::cli {
 
 void AddDeviceOptions(CLI::App& command, DeviceOptions& options) {
-  command.add_option("--sim", options.sim,
-                     "Work on the simulated machine in this state file (made by `gpuslice sim "
-                     "create`) instead of the local GPUs; default: $GPUSLICE_SIM");
+  command.add_option("--sim", options.sim, kSimHelp);
 }
 
 std::string SimPath(const DeviceOptions& options) {
@@ -24,17 +22,8 @@ std::string SimPath(const DeviceOptions& options) {
 
 std::unique_ptr<device::Backend> OpenBackend(const DeviceOptions& options,
                                              const hw::Catalog& catalog) {
-  const std::string sim = SimPath(options);
-  if (!sim.empty()) {
-    absl::StatusOr<std::unique_ptr<device::SimBackend>> backend =
-        device::SimBackend::OpenFile(sim, catalog);
-    if (!backend.ok()) {
-      PrintError(std::string(backend.status().message()));
-      return nullptr;
-    }
-    return *std::move(backend);
-  }
-  absl::StatusOr<std::unique_ptr<device::NvmlBackend>> backend = device::NvmlBackend::Load(catalog);
+  absl::StatusOr<std::unique_ptr<device::Backend>> backend =
+      device::OpenMachine(SimPath(options), catalog, HostSeed());
   if (!backend.ok()) {
     PrintError(std::string(backend.status().message()));
     return nullptr;
@@ -42,8 +31,11 @@ std::unique_ptr<device::Backend> OpenBackend(const DeviceOptions& options,
   return *std::move(backend);
 }
 
+std::uint64_t HostSeed() { return std::hash<std::string>{}(Hostname()) | 1; }
+
 std::string JournalPath(const DeviceOptions& options) {
   const std::string sim = SimPath(options);
+  if (device::KindOf(sim) == device::MachineKind::kFleet) return "";
   if (!sim.empty()) return sim + ".journal";
   const char* dir = std::getenv("GPUSLICE_STATE_DIR");
   const std::string base = dir != nullptr ? dir : "/var/lib/gpuslice";

@@ -1,7 +1,8 @@
-// The device a command works on: a simulated machine (--sim STATE_FILE or GPUSLICE_SIM) or the
-// local GPUs through NVML.
+// The device a command works on: a simulated machine (--sim STATE_FILE|FLEET or GPUSLICE_SIM;
+// gpuslice/device/open_machine.h) or the local GPUs through NVML.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -12,8 +13,14 @@
 namespace gpuslice::cli {
 
 struct DeviceOptions {
-  std::string sim;  // state file; empty: GPUSLICE_SIM, else NVML
+  std::string sim;  // state file or fleet spec; empty: GPUSLICE_SIM, else NVML
 };
+
+// --sim's help, the same on every command that takes it.
+inline constexpr char kSimHelp[] =
+    "A simulated machine instead of the local GPUs: a state file (made by `gpuslice sim create`, "
+    "changes saved to it) or a fleet such as 2xH100-80GB (new each run, MIG on where possible); "
+    "default: $GPUSLICE_SIM";
 
 // Adds --sim to a command.
 void AddDeviceOptions(CLI::App& command, DeviceOptions& options);
@@ -25,8 +32,12 @@ std::string SimPath(const DeviceOptions& options);
 std::unique_ptr<device::Backend> OpenBackend(const DeviceOptions& options,
                                              const hw::Catalog& catalog);
 
-// Where the apply journal of this device lives: next to the simulator state, or
-// /var/lib/gpuslice/apply.journal for real GPUs (GPUSLICE_STATE_DIR overrides the directory).
+// The seed of a simulated fleet on this machine: its host name's, so that machines differ.
+std::uint64_t HostSeed();
+
+// Where the apply journal of this device lives: next to the simulator state, none for a fleet
+// that lives as long as the command (""), or /var/lib/gpuslice/apply.journal for real GPUs
+// (GPUSLICE_STATE_DIR overrides the directory).
 std::string JournalPath(const DeviceOptions& options);
 
 }  // namespace gpuslice::cli

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gpuslice/device/nvml_backend.h"
+#include "gpuslice/device/open_machine.h"
 #include "gpuslice/device/presence.h"
 #include "gpuslice/device/sim_backend.h"
 #include "gpuslice/device/sim_machine.h"
@@ -70,31 +71,45 @@ absl::StatusOr<std::optional<Fleet>> LocalGpus(const hw::Catalog& catalog) {
       traces.empty() ? "" : absl::StrCat(" (", absl::StrJoin(traces, "; "), ")"),
       " but its GPUs cannot be used: ", why,
       ". Refusing to hand out a simulated fleet on a GPU host; fix the driver (see `gpuslice "
-      "doctor`), or pass --sim-fleet SPEC to serve a simulated fleet on purpose"));
+      "doctor`), or pass --sim SPEC to serve a simulated fleet on purpose"));
+}
+
+// The simulated machine in a state file made by `gpuslice sim create`, saved to it as it changes.
+absl::StatusOr<Fleet> StateFileFleet(const hw::Catalog& catalog, const std::string& file) {
+  absl::StatusOr<std::unique_ptr<device::SimBackend>> opened =
+      device::SimBackend::OpenFile(file, catalog);
+  if (!opened.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sim ", file, ": ", opened.status().message()));
+  Fleet fleet;
+  fleet.backend = std::shared_ptr<device::Backend>(*std::move(opened));
+  absl::StatusOr<std::vector<device::GpuInfo>> listed = fleet.backend->ListGpus();
+  if (!listed.ok()) return absl::InternalError(listed.status().message());
+  fleet.gpus = *std::move(listed);
+  fleet.simulated = true;
+  fleet.source = absl::StrCat("a SIMULATED machine (state file ", file, ")");
+  return fleet;
 }
 
 }  // namespace
 
-absl::StatusOr<Fleet> OpenFleet(const hw::Catalog& catalog, const std::string& sim_fleet,
+absl::StatusOr<Fleet> OpenFleet(const hw::Catalog& catalog, const std::string& sim,
                                 const std::string& state_dir) {
-  if (sim_fleet.empty()) {
+  if (sim.empty()) {
     absl::StatusOr<std::optional<Fleet>> local = LocalGpus(catalog);
     if (!local.ok()) return local.status();
     if (local->has_value()) return **std::move(local);
   }
-  const std::string spec = sim_fleet.empty() ? kDefaultSimulatedFleet : sim_fleet;
-  // Seeded by the host name, so that simulated machines have distinct UUIDs.
+  if (device::KindOf(sim) == device::MachineKind::kStateFile) return StateFileFleet(catalog, sim);
+  const std::string spec = sim.empty() ? kDefaultSimulatedFleet : sim;
+  // Seeded by the host name, so that simulated machines have distinct UUIDs. The simulated GPUs
+  // that have MIG are in MIG mode, so slices become real instances.
   absl::StatusOr<device::sim::SimState> state =
-      device::sim::NewMachine(catalog, spec, std::hash<std::string>{}(util::Hostname()) | 1);
+      device::NewMigMachine(catalog, spec, std::hash<std::string>{}(util::Hostname()) | 1);
   if (!state.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--sim-fleet: ", state.status().message()));
-  }
-  // The simulated GPUs that have MIG are in MIG mode, so slices become real instances.
-  for (device::sim::SimGpu& gpu : state->gpus) {
-    if (gpu.mig_capable) {
-      gpu.mig_current = device::MigMode::kEnabled;
-      gpu.mig_pending = device::MigMode::kEnabled;
-    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sim ", spec, ": no such state file, and not a fleet spec like 4xH100-80GB either: ",
+        state.status().message()));
   }
   absl::StatusOr<std::shared_ptr<device::Backend>> kept =
       KeptSimulatedFleet(state_dir, *state, catalog);
@@ -105,8 +120,8 @@ absl::StatusOr<Fleet> OpenFleet(const hw::Catalog& catalog, const std::string& s
   if (!listed.ok()) return absl::InternalError(listed.status().message());
   fleet.gpus = *std::move(listed);
   fleet.simulated = true;
-  fleet.source = absl::StrCat("a SIMULATED fleet (", spec, ")",
-                              sim_fleet.empty() ? ": no NVIDIA driver found" : "");
+  fleet.source =
+      absl::StrCat("a SIMULATED fleet (", spec, ")", sim.empty() ? ": no NVIDIA driver found" : "");
   return fleet;
 }
 

@@ -292,10 +292,13 @@ TEST(ServeCliTest, ASecondServeOnTheSamePortFails) {
 
 TEST(ServeCliTest, BadSimFleetExitsTwo) {
   const std::string dir = FreshDir("bad_fleet");
-  Outcome served = Gpuslice("serve --sim-fleet 2xNOPE --listen 127.0.0.1:1 --db '" + dir +
-                            "/g.db' --admin-token-file '" + dir + "/t'");
-  EXPECT_EQ(served.exit_code, 2) << served.output;
-  EXPECT_THAT(served.output, HasSubstr("--sim-fleet"));
+  // --sim, and --sim-fleet as it was spelled before one --sim (kept, hidden).
+  for (const std::string option : {"--sim", "--sim-fleet"}) {
+    Outcome served = Gpuslice("serve " + option + " 2xNOPE --listen 127.0.0.1:1 --db '" + dir +
+                              "/g.db' --admin-token-file '" + dir + "/t'");
+    EXPECT_EQ(served.exit_code, 2) << served.output;
+    EXPECT_THAT(served.output, HasSubstr("--sim 2xNOPE: no such state file, and not a fleet spec"));
+  }
 }
 
 }  // namespace

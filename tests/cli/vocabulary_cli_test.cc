@@ -171,5 +171,32 @@ TEST(Vocabulary, RefusalsAreWordsWithTheirExitCodes) {
   EXPECT_THAT(down.output, HasSubstr("cannot reach http://127.0.0.1:1"));
 }
 
+// Every command names its machine with --sim: a state file or a fleet; the sim commands take the
+// file as --sim too, and the old agent/serve spellings still work, hidden from --help.
+TEST(Vocabulary, OneWayToNameASimulatedMachine) {
+  const std::string dir = ::testing::TempDir() + "/vocabulary-sim";
+  ASSERT_EQ(testing::Shell("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").exit_code, 0);
+  const std::string file = dir + "/m.json";
+  ASSERT_EQ(RunGpuslice("sim create '" + file + "' 1xA100-40GB").exit_code, 0);
+  const testing::CommandResult fleet = RunGpuslice("status --sim 1xH100-80GB,1xL4");
+  EXPECT_EQ(fleet.exit_code, 0) << fleet.output;
+  EXPECT_THAT(fleet.output, HasSubstr("simulator (in memory): 2 GPU(s)"));
+  EXPECT_THAT(fleet.output, HasSubstr("(H100-80GB)"));
+  const testing::CommandResult state = RunGpuslice("status --sim '" + file + "'");
+  EXPECT_EQ(state.exit_code, 0) << state.output;
+  EXPECT_THAT(state.output, HasSubstr("(A100-40GB)"));
+  const testing::CommandResult show = RunGpuslice("sim show --sim '" + file + "'", false);
+  EXPECT_EQ(show.exit_code, 0) << show.output;
+  EXPECT_THAT(show.output, HasSubstr("\"driver_version\""));
+  const testing::CommandResult neither = RunGpuslice("status --sim '" + dir + "/nope.json'");
+  EXPECT_EQ(neither.exit_code, 2) << neither.output;
+  EXPECT_THAT(neither.output, HasSubstr("no such state file"));
+  for (const char* command : {"agent", "serve"}) {
+    const testing::CommandResult help = RunGpuslice(std::string(command) + " --help");
+    EXPECT_THAT(help.output, HasSubstr("--sim ")) << command;
+    EXPECT_THAT(help.output, Not(HasSubstr("--sim-fleet"))) << command;
+  }
+}
+
 }  // namespace
 }  // namespace gpuslice::cli

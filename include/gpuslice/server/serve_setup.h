@@ -33,10 +33,13 @@ struct Fleet {
   std::string source;  // for the banner: "local GPUs through NVML (...)" or "a SIMULATED fleet..."
 };
 
-// `sim_fleet`: a fleet spec to simulate on purpose ("" to choose as above; the simulated default
-// is 4xH100-80GB,4xA100-80GB). InvalidArgument for a bad spec; FailedPrecondition for the
-// refusal; other errors from the state file or the backend.
-absl::StatusOr<Fleet> OpenFleet(const hw::Catalog& catalog, const std::string& sim_fleet,
+// `sim`: what to simulate on purpose, as every command's --sim names it
+// (gpuslice/device/open_machine.h): a fleet spec, kept as above, or the path of an existing
+// state file made by `gpuslice sim create`, used as it is and saved to ("" to choose as above;
+// the simulated default is 4xH100-80GB,4xA100-80GB). InvalidArgument for a bad spec or an
+// unreadable state file; FailedPrecondition for the refusal; other errors from the state file or
+// the backend.
+absl::StatusOr<Fleet> OpenFleet(const hw::Catalog& catalog, const std::string& sim,
                                 const std::string& state_dir);
 
 struct TlsChoice {
