@@ -70,7 +70,7 @@ run status --sim "$machine"
 
 section "4. Plan a fleet (examples/plan: 9 workloads, 2 nodes), then apply node gpu-a100-01's part"
 plan=$(mktemp -d)/plan
-run plan -w examples/plan/workloads.yaml -f examples/plan/fleet.yaml -o "$plan" --brief
+run plan -w examples/plan/workloads.yaml -f examples/plan/fleet.yaml --out-dir "$plan" --brief
 # A simulated copy of node gpu-a100-01 of examples/plan/fleet.yaml (4x A100-80GB, GPU 3 kept whole).
 node=$(mktemp -d)/gpu-a100-01.json
 run sim create "$node" 4xA100-80GB

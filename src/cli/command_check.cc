@@ -338,8 +338,11 @@ void AddCheckCommand(CLI::App& app, const GlobalOptions& global, Action* action)
       ->add_option("--gpu-index", options->gpu_index,
                    "GPU index used in the printed nvidia-smi commands (default 0)")
       ->check(CLI::Range(0, 1023));
-  command->add_option("--config-name", options->config_name,
-                      "Name of the mig-parted config printed (default gpuslice-layout)");
+  command->add_option("-c,--selected-config", options->config_name,
+                      "Name of the mig-parted config printed, as `apply -c` then selects it "
+                      "(default gpuslice-layout)");
+  // The spelling before one config option, kept for a release (hidden from --help).
+  command->add_option("--config-name", options->config_name)->group("");
   command->add_flag("--json", options->json, "Print JSON");
   command->callback([&global, options, action] {
     *action = [&global, options] { return Run(global, *options); };

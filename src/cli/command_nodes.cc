@@ -145,14 +145,18 @@ void AddNodeCommands(CLI::App& app, const GlobalOptions&, Action* action) {
     auto o = std::make_shared<Options>();
     CLI::App* cmd = node->add_subcommand(
         "set-layout",
-        "Fix a machine's MIG layout from a mig-parted config (as `gpuslice plan -o` writes it); "
+        "Fix a machine's MIG layout from a mig-parted config (as `gpuslice plan --out-dir` writes "
+        "it); "
         "its agent carries it out, busy instances are never destroyed, and leases in the way "
         "are listed instead");
     AddConnection(cmd, o->c);
     cmd->add_option("host", o->host, "The machine")->required();
     cmd->add_option("file", o->file, "mig-parted config file (YAML or JSON)")->required();
-    cmd->add_option("--config", o->config,
-                    "Config to use (default: HOST or gpuslice-HOST, else the file's only one)");
+    cmd->add_option("-c,--selected-config", o->config,
+                    "Config to use, as `apply -c` (default: HOST or gpuslice-HOST, else the "
+                    "file's only one)");
+    // The spelling before one config option, kept for a release (hidden from --help).
+    cmd->add_option("--config", o->config)->group("");
     cmd->callback([o, action] {
       *action = [o]() -> int {
         std::ifstream in(o->file);

@@ -34,6 +34,7 @@ struct PlanCliOptions {
   bool json = false;
   bool yaml = false;
   std::string out_dir;
+  std::string output;  // -o: text, json or yaml; any other value is a directory (-o DIR, as before)
   bool no_placements = false;
   bool brief = false;
   std::string current;  // re-planning from this assignment map
@@ -310,19 +311,27 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& global, Action* action) 
   CLI::Option* json = command->add_flag("--json", options->json, "Print the report as JSON");
   CLI::Option* yaml = command->add_flag("--yaml", options->yaml, "Print the report as YAML");
   json->excludes(yaml);
-  command->add_option("-o,--output-dir", options->out_dir,
+  CLI::Option* output =
+      command->add_option("-o,--output", options->output,
+                          "Report format: text (default), json or yaml, as --json/--yaml");
+  output->excludes(json)->excludes(yaml);
+  command->add_option("--out-dir", options->out_dir,
                       "Also write DIR/mig-config.yaml (one mig-parted config per node, "
                       "gpuslice-<node>), DIR/assignment.json (which instance serves which "
                       "workload) and DIR/report.{txt,json}; all or nothing");
+  // --output-dir, the spelling from before -o meant a format in every command, is kept for a
+  // release (hidden from --help); so is `-o DIR`: a value that is not a format is the directory.
+  command->add_option("--output-dir", options->out_dir)->group("");
   command->add_flag("--no-placements", options->no_placements,
                     "Leave gpuslice-placements out of mig-config.yaml, for nvidia-mig-parted "
                     "(which then chooses the starts itself)");
   command
-      ->add_option("--current", options->current,
-                   "Re-plan from what runs now: an assignment map (DIR/assignment.json of an "
-                   "earlier `plan -o DIR`, edited to match reality). Running instances that still "
-                   "fit are kept; the report ends with the disrupted workloads and the ordered "
-                   "steps")
+      ->add_option(
+          "--current", options->current,
+          "Re-plan from what runs now: an assignment map (DIR/assignment.json of an "
+          "earlier `plan --out-dir DIR`, edited to match reality). Running instances that still "
+          "fit are kept; the report ends with the disrupted workloads and the ordered "
+          "steps")
       ->check(CLI::ExistingFile);
   command->add_flag("--brief", options->brief,
                     "Leave the per-model sizing explanations out of the printed report");
@@ -335,16 +344,33 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& global, Action* action) 
       "(within 1% of the bound on 10,000 GPUs in about 2 s); --exact searches until the plan is\n"
       "proven optimal or --time-limit passes; the default searches for at most 3 s on fleets up\n"
       "to 2,000 GPUs.\n"
-      "\nOutputs: the report (text, --json or --yaml) on stdout; with -o DIR the files to deploy.\n"
+      "\nOutputs: the report (text, -o json or -o yaml) on stdout; with --out-dir DIR the files "
+      "to\n"
+      "deploy.\n"
       "\nExample:\n"
-      "  gpuslice plan -w examples/plan/workloads.yaml -f examples/plan/fleet.yaml -o out\n"
+      "  gpuslice plan -w examples/plan/workloads.yaml -f examples/plan/fleet.yaml --out-dir out\n"
       "  # then on each node, e.g. gpu-h100-01:\n"
       "  gpuslice apply -f out/mig-config.yaml -c gpuslice-gpu-h100-01 --dry-run\n"
       "  gpuslice apply -f out/mig-config.yaml -c gpuslice-gpu-h100-01\n"
       "  # later, when the demand changes: keep what runs, move as little as possible\n"
-      "  gpuslice plan -w workloads.yaml -f fleet.yaml --current out/assignment.json -o out2\n");
+      "  gpuslice plan -w workloads.yaml -f fleet.yaml --current out/assignment.json --out-dir "
+      "out2\n");
   command->callback([&global, options, action] {
-    *action = [&global, options] { return Run(global, *options); };
+    *action = [&global, options] {
+      if (options->output == "json") {
+        options->json = true;
+      } else if (options->output == "yaml") {
+        options->yaml = true;
+      } else if (options->output != "text" && !options->output.empty()) {
+        if (!options->out_dir.empty()) {
+          PrintError("-o " + options->output +
+                     ": a format (text, json or yaml); the files go to --out-dir");
+          return kExitBadInput;
+        }
+        options->out_dir = options->output;
+      }
+      return Run(global, *options);
+    };
   });
 }
 

@@ -95,8 +95,8 @@ TEST(PlanCli, HelpExplainsInputsModesAndOutputs) {
   EXPECT_THAT(help.output,
               AllOf(HasSubstr("-w,--workloads"), HasSubstr("-f,--fleet"), HasSubstr("--exact"),
                     HasSubstr("--fast"), HasSubstr("--time-limit"), HasSubstr("--json"),
-                    HasSubstr("--yaml"), HasSubstr("-o,--output-dir"), HasSubstr("--current"),
-                    HasSubstr("Example:"),
+                    HasSubstr("--yaml"), HasSubstr("-o,--output"), HasSubstr("--out-dir"),
+                    HasSubstr("--current"), HasSubstr("Example:"),
                     HasSubstr("gpuslice apply -f out/mig-config.yaml -c gpuslice-gpu-h100-01")));
   EXPECT_THAT(Gpuslice("--help").output, HasSubstr("gpuslice plan -w workloads.yaml"));
 }

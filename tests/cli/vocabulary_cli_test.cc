@@ -198,5 +198,29 @@ TEST(Vocabulary, OneWayToNameASimulatedMachine) {
   }
 }
 
+// -o is the output format in every command; a config is selected with -c everywhere.
+TEST(Vocabulary, DashOIsAFormatAndDashCAConfig) {
+  const std::string plan = std::string("plan -w '") + GPUSLICE_SOURCE_DIR +
+                           "/examples/plan/workloads.yaml' -f '" + GPUSLICE_SOURCE_DIR +
+                           "/examples/plan/fleet.yaml' --fast ";
+  const testing::CommandResult json = RunGpuslice(plan + "-o json", false);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_TRUE(nlohmann::json::parse(json.output, nullptr, false).is_object()) << json.output;
+  const std::string dir = ::testing::TempDir() + "/vocabulary-plan";
+  ASSERT_EQ(testing::Shell("rm -rf '" + dir + "'").exit_code, 0);
+  const testing::CommandResult files = RunGpuslice(plan + "-o yaml --out-dir '" + dir + "'", false);
+  ASSERT_EQ(files.exit_code, 0) << files.output;
+  EXPECT_THAT(files.output, HasSubstr("baselines:"));
+  EXPECT_EQ(testing::Shell("test -s '" + dir + "/mig-config.yaml'").exit_code, 0);
+  const testing::CommandResult both = RunGpuslice(plan + "-o out --out-dir '" + dir + "'");
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  EXPECT_THAT(both.output, HasSubstr("the files go to --out-dir"));
+  const testing::CommandResult named = RunGpuslice("check H100-80GB 3g.40gb,3g.40gb -c mine");
+  EXPECT_EQ(named.exit_code, 0) << named.output;
+  EXPECT_THAT(named.output, HasSubstr("\n    mine:\n"));
+  const testing::CommandResult old = RunGpuslice("check H100-80GB 3g.40gb --config-name theirs");
+  EXPECT_THAT(old.output, HasSubstr("\n    theirs:\n"));
+}
+
 }  // namespace
 }  // namespace gpuslice::cli
