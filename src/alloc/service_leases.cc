@@ -13,6 +13,7 @@
 #include "gpuslice/alloc/wire.h"
 #include "gpuslice/device/uuid.h"
 #include "gpuslice/hw/catalog.h"
+#include "gpuslice/util/suggest.h"
 #include "gpuslice/util/utf8.h"
 #include "lease_rows.h"
 #include "nlohmann/json.hpp"
@@ -22,6 +23,37 @@ namespace gpuslice::alloc {
 using namespace internal;  // NOLINT(google-build-using-namespace): this library's own helpers
 
 using store::Value;
+
+namespace {
+
+// " (did you mean 'small'?)" for the closest of `known` to `name`, "" when none is close.
+std::string Suggestion(const std::string& name, const std::vector<std::string>& known) {
+  const std::string words = util::DidYouMean(util::Closest(name, known));
+  return words.empty() ? "" : absl::StrCat(" (", words, ")");
+}
+
+std::vector<std::string> ClassNames(const std::map<std::string, ClassSpec>& classes) {
+  std::vector<std::string> names;
+  for (const auto& [name, spec] : classes) names.push_back(name);
+  return names;
+}
+
+// NotFound, with the closest profiles, for a MIG profile (or short form such as "3g") that no
+// GPU of the fleet has; OK when one has it.
+absl::Status CheckProfileExists(const place::Cluster& cluster, const place::Request& request) {
+  std::set<std::string> names;
+  for (int node = 0; node < cluster.node_count(); ++node) {
+    const geometry::Shape* shape = cluster.shape(node);
+    if (shape == nullptr) continue;
+    if (place::Cluster::MigProfileFor(*shape, request) >= 0) return absl::OkStatus();
+    for (int p = 0; p < shape->profile_count(); ++p) names.insert(shape->profile(p).name);
+  }
+  return absl::NotFoundError(
+      absl::StrCat("profile '", request.mig_profile, "' is on no GPU of this fleet",
+                   Suggestion(request.mig_profile, {names.begin(), names.end()})));
+}
+
+}  // namespace
 
 absl::StatusOr<place::Request> Service::RequestFor(const AcquireRequest& request,
                                                    const ClassSpec** spec_out,
@@ -45,7 +77,9 @@ absl::StatusOr<place::Request> Service::RequestFor(const AcquireRequest& request
   if (!request.class_name.empty()) {
     auto it = classes_.find(request.class_name);
     if (it == classes_.end()) {
-      return absl::NotFoundError(absl::StrCat("class '", request.class_name, "' does not exist"));
+      return absl::NotFoundError(
+          absl::StrCat("class '", request.class_name, "' does not exist",
+                       Suggestion(request.class_name, ClassNames(classes_))));
     }
     const ClassSpec& spec = it->second;
     *spec_out = &spec;
@@ -62,6 +96,7 @@ absl::StatusOr<place::Request> Service::RequestFor(const AcquireRequest& request
     if (request.profile.size() > 64) return absl::InvalidArgumentError("profile: too long");
     placement.mig_profile = request.profile;
     *class_name = "profile:" + request.profile;
+    if (absl::Status s = CheckProfileExists(engine_.cluster(), placement); !s.ok()) return s;
   } else {
     placement.gpu_milli = request.share_milli;
     placement.vram_mib = request.vram_mib;

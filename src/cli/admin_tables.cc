@@ -57,10 +57,21 @@ std::string WhatText(const json& klass) {
   }
   if (models_per_profile.empty()) return "-";
   std::vector<std::string> parts;
-  for (const auto& [profile, models] : models_per_profile) {
-    parts.push_back(absl::StrCat(profile, " (", models, models == 1 ? " model)" : " models)"));
+  if (models_per_profile.size() <= 3) {
+    for (const auto& [profile, models] : models_per_profile) {
+      parts.push_back(absl::StrCat(profile, " (", models, models == 1 ? " model)" : " models)"));
+    }
+    return "MIG " + absl::StrJoin(parts, ", ");
   }
-  return "MIG " + absl::StrJoin(parts, ", ");
+  // More profiles than a line holds (the default classes map every MIG model): their sizes,
+  // "1g.*", and how many models; --json lists each.
+  std::set<std::string> sizes;
+  int models = 0;
+  for (const auto& [profile, count] : models_per_profile) {
+    sizes.insert(profile.substr(0, profile.find('.')) + ".*");
+    models += count;
+  }
+  return absl::StrCat("MIG ", absl::StrJoin(sizes, ", "), " on ", models, " GPU models");
 }
 
 std::string DurationOrNever(std::int64_t seconds) {

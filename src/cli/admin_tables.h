@@ -14,7 +14,8 @@ namespace gpuslice::cli {
 std::string TenantsTable(const nlohmann::json& tenants);
 
 // `classes` is the API's list (GET /v1/classes). Columns CLASS, WHAT (the MIG profiles it maps to
-// with how many GPU models, "share 250/1000, 8192 MiB", or "whole GPU"), MAX LEASE and IDLE
+// with how many GPU models, or past three profiles their sizes, "MIG 1g.* on 15 GPU models";
+// "share 250/1000, 8192 MiB"; or "whole GPU"), MAX LEASE and IDLE
 // RECLAIM (durations as the options take them: 8h, 1h30m; "never"). An empty list is the line
 // "no classes".
 std::string ClassesTable(const nlohmann::json& classes);

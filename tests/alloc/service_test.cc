@@ -847,6 +847,31 @@ TEST_F(ServiceTest, ShareRequestOnSharedGpus) {
   EXPECT_EQ(Overcommit(nodes_, Active()), "");
 }
 
+// A mistyped class or profile is NotFound with the closest names, never queued.
+TEST_F(ServiceTest, AnUnknownClassOrProfileSuggestsTheClosest) {
+  Start({MigA100("m0", 1)});
+  const Caller a = AddTenant("team-a");
+  absl::StatusOr<AcquireResult> klass = service_->Acquire(a, ClassRequest("smal", "typo"));
+  ASSERT_FALSE(klass.ok());
+  EXPECT_EQ(klass.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(klass.status().message(), HasSubstr("class 'smal' does not exist"));
+  EXPECT_THAT(klass.status().message(), HasSubstr("did you mean 'small'?"));
+  AcquireRequest profile;
+  profile.profile = "3g.40g";
+  profile.purpose = "typo";
+  absl::StatusOr<AcquireResult> typo = service_->Acquire(a, profile);
+  ASSERT_FALSE(typo.ok());
+  EXPECT_EQ(typo.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(typo.status().message(), HasSubstr("profile '3g.40g' is on no GPU of this fleet"));
+  EXPECT_THAT(typo.status().message(), HasSubstr("'3g.40gb'"));
+  // A profile of another model is named as missing from this fleet, with no wild guess.
+  profile.profile = "1g.18gb";
+  absl::StatusOr<AcquireResult> other = service_->Acquire(a, profile);
+  ASSERT_FALSE(other.ok());
+  EXPECT_THAT(other.status().message(), HasSubstr("is on no GPU of this fleet"));
+  EXPECT_THAT(Queued(), IsEmpty());
+}
+
 TEST_F(ServiceTest, ClassNoNodeCouldEverHoldIsRefusedNotQueued) {
   Start({MigA100("m0", 1)});
   ClassSpec hopper;

@@ -44,6 +44,16 @@ TEST(AdminTables, ClassesSayWhatTheyHandOutAndForHowLong) {
       "full     whole GPU                                                    1w         never\n");
 }
 
+TEST(AdminTables, AClassOfManyProfilesIsSummedUpBySize) {
+  const json classes = json::parse(R"([
+    {"name": "small", "mig": {"A": "1g.5gb", "B": "1g.10gb", "C": "1g.12gb", "D": "1g.18gb",
+                              "E": "1g.10gb"}, "max_lease_s": 3600, "idle_timeout_s": 0}
+  ])");
+  EXPECT_EQ(ClassesTable(classes),
+            "CLASS  WHAT                      MAX LEASE  IDLE RECLAIM\n"
+            "small  MIG 1g.* on 5 GPU models  1h         never\n");
+}
+
 TEST(AdminTables, EmptyListsSaySo) {
   EXPECT_EQ(TenantsTable(json::array()), "no tenants\n");
   EXPECT_EQ(ClassesTable(json::array()), "no classes\n");
