@@ -90,8 +90,8 @@ absl::StatusOr<std::unique_ptr<Service>> Service::Open(std::unique_ptr<store::Da
   std::unique_ptr<Service> service(
       new Service(std::move(db), std::move(inventory), std::move(engine), std::move(options)));
   {
-    std::lock_guard<std::mutex> state(service->mutex_);
-    std::lock_guard<std::mutex> connection(service->db_mutex_);
+    util::MutexLock state(service->mutex_);
+    util::MutexLock connection(service->db_mutex_);
     if (absl::Status status = service->Load(); !status.ok()) return status;
   }
   if (absl::Status status = service->Sync(); !status.ok()) return status;
@@ -107,14 +107,14 @@ GroupCommit::Ticket Service::Flush() { return commits_.Stage(std::exchange(stage
 absl::Status Service::Sync() {
   GroupCommit::Ticket batch;
   {
-    std::lock_guard<std::mutex> state(mutex_);
+    util::MutexLock state(mutex_);
     batch = Flush();
   }
   return commits_.Await(batch);
 }
 
 absl::Status Service::CommitBatch(const GroupCommit::Statements& statements) {
-  std::lock_guard<std::mutex> connection(db_mutex_);
+  util::MutexLock connection(db_mutex_);
   store::Transaction txn(*db_);
   absl::Status status = txn.status();
   for (const GroupCommit::Statement& statement : statements) {
@@ -128,7 +128,7 @@ absl::Status Service::CommitBatch(const GroupCommit::Statements& statements) {
 absl::Status Service::Recover(const std::function<void()>& drop_staged) {
   // Memory holds the failed batch's changes and the staged ones decided on top of them: drop
   // both and read the store again (what the reload stages goes into the next batch).
-  std::lock_guard<std::mutex> state(mutex_);
+  util::MutexLock state(mutex_);
   drop_staged();
   absl::Status reloaded = Reload();
   (void)Flush();
@@ -146,7 +146,7 @@ void Service::Audited(const Caller& caller, const std::string& tenant, const std
 }
 
 place::Cluster Service::Occupancy() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  util::MutexLock lock(mutex_);
   return engine_.cluster();
 }
 
@@ -166,7 +166,7 @@ absl::StatusOr<std::vector<AuditEvent>> Service::Audit(const Caller& caller,
     return absl::InvalidArgumentError("limit: must be within 1..100000");
   }
   if (absl::Status s = Sync(); !s.ok()) return s;
-  std::lock_guard<std::mutex> connection(db_mutex_);
+  util::MutexLock connection(db_mutex_);
   const Value with_tenant[] = {tenant, query.since, std::int64_t{query.limit}};
   const Value without[] = {query.since, std::int64_t{query.limit}};
   absl::StatusOr<store::Result> rows =

@@ -32,14 +32,14 @@ absl::Status Service::ReportAlerts(const Caller& caller, const std::string& host
   std::vector<std::pair<metrics::Alert, bool>> told;
   std::function<void(const metrics::Alert&, bool)> listener;
   if (absl::Status s = CheckMachine(caller, host); !s.ok()) return s;
-  absl::Status status = Changing([&]() -> absl::Status {
+  absl::Status status = Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::Status {
     if (!remotes_.contains(host)) {
       return absl::NotFoundError(absl::StrCat("machine '", host, "' has not reported"));
     }
     std::map<std::string, metrics::Alert>& active = alerts_[host];
     // Whose an alert is comes from the service's own leases, never from the report: a machine
     // may name only a lease active on it, and the lease's tenant and class go with it.
-    auto attribute = [&](metrics::Alert& alert) {
+    auto attribute = [&](metrics::Alert& alert) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
       auto lease = active_.find(alert.lease);
       const bool ours = lease != active_.end() && HostOf(lease->second.lease.node) == host;
       alert.lease = ours ? lease->second.lease.id : 0;
@@ -81,7 +81,7 @@ absl::Status Service::ReportAlerts(const Caller& caller, const std::string& host
 }
 
 absl::StatusOr<Service::AlertList> Service::Alerts(const Caller& caller) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  util::MutexLock lock(mutex_);
   // Admins see every alert, an agent its machine's, a tenant's user those on its devices.
   auto visible = [&](const metrics::Alert& alert) {
     if (caller.role == Role::kAdmin) return true;
@@ -101,7 +101,7 @@ absl::StatusOr<Service::AlertList> Service::Alerts(const Caller& caller) {
 }
 
 void Service::SetAlertListener(std::function<void(const metrics::Alert&, bool fired)> listener) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  util::MutexLock lock(mutex_);
   alert_listener_ = std::move(listener);
 }
 

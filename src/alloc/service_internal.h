@@ -7,9 +7,9 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -155,13 +155,16 @@ namespace gpuslice::alloc {
 
 // Defined here so that every source file of the service can stage changes.
 template <typename Change>
-auto Service::Changing(Change&& change) -> decltype(change()) {
-  std::unique_lock<std::mutex> state(mutex_);
-  auto result = change();
-  // A change that failed may have staged statements (an audit): they are committed with the next
-  // batch, as they always were, but it does not wait for them.
-  const GroupCommit::Ticket batch = Flush();
-  state.unlock();
+std::invoke_result_t<Change&> Service::Changing(Change&& change) {
+  GroupCommit::Ticket batch;
+  auto result = [&] {
+    util::MutexLock state(mutex_);
+    auto decided = change();
+    // A change that failed may have staged statements (an audit): they are committed with the
+    // next batch, as they always were, but it does not wait for them.
+    batch = Flush();
+    return decided;
+  }();  // mutex_ released: the commit is awaited without it
   if (!result.ok()) return result;
   if (absl::Status status = commits_.Await(batch); !status.ok()) return status;
   return result;

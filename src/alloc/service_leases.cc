@@ -202,7 +202,7 @@ void Service::InsertLease(const Lease& lease, const AcquireRequest& request) {
 
 absl::StatusOr<AcquireResult> Service::Acquire(const Caller& caller,
                                                const AcquireRequest& request) {
-  return Changing([&]() -> absl::StatusOr<AcquireResult> {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::StatusOr<AcquireResult> {
     if (caller.role != Role::kTenant) {
       return absl::PermissionDeniedError("admins hold no leases; acquire as a tenant's user");
     }
@@ -230,7 +230,7 @@ absl::StatusOr<AcquireResult> Service::Acquire(const Caller& caller,
     const std::int64_t ttl = request.ttl_s == 0 ? max_ttl : request.ttl_s;
 
     AcquireResult result;
-    auto refuse = [&](const std::string& reason) {
+    auto refuse = [&](const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
       Audited(caller, tenant.name, "refuse", class_name, request.purpose,
               json{{"reason", reason}}.dump());
       result.outcome = AcquireResult::Outcome::kRefused;
@@ -249,11 +249,13 @@ absl::StatusOr<AcquireResult> Service::Acquire(const Caller& caller,
     }
     // FIFO within a class: the request waits behind queued requests of its class that only lack
     // capacity (an entry held back by its own tenant's quota is not ahead of anyone).
-    const bool others_waiting = std::any_of(queue_.begin(), queue_.end(), [&](const Queued& q) {
-      if (q.entry.class_name != class_name) return false;
-      auto owner = tenants_.find(q.entry.tenant);
-      return owner != tenants_.end() && QuotaProblem(owner->second, q.entry.class_name, 0).empty();
-    });
+    const bool others_waiting = std::any_of(
+        queue_.begin(), queue_.end(), [&](const Queued& q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+          if (q.entry.class_name != class_name) return false;
+          auto owner = tenants_.find(q.entry.tenant);
+          return owner != tenants_.end() &&
+                 QuotaProblem(owner->second, q.entry.class_name, 0).empty();
+        });
     std::string wait_reason;
     if (!others_waiting) {
       absl::StatusOr<place::Allocation> allocation = engine_.Place(*placement);
@@ -418,7 +420,7 @@ absl::StatusOr<int> Service::GrantQueued() {
 
 absl::StatusOr<Lease> Service::Renew(const Caller& caller, std::int64_t lease_id,
                                      std::int64_t ttl_s) {
-  return Changing([&]() -> absl::StatusOr<Lease> {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::StatusOr<Lease> {
     auto it = active_.find(lease_id);
     if (it == active_.end() ||
         (caller.role != Role::kAdmin && it->second.lease.tenant != caller.tenant)) {
@@ -445,7 +447,7 @@ absl::StatusOr<Lease> Service::Renew(const Caller& caller, std::int64_t lease_id
 }
 
 absl::Status Service::Release(const Caller& caller, std::int64_t lease_id) {
-  return Changing([&]() -> absl::Status {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::Status {
     auto it = active_.find(lease_id);
     if (it == active_.end() ||
         (caller.role != Role::kAdmin && it->second.lease.tenant != caller.tenant)) {
@@ -457,7 +459,7 @@ absl::Status Service::Release(const Caller& caller, std::int64_t lease_id) {
 }
 
 absl::Status Service::CancelQueued(const Caller& caller, std::int64_t queue_id) {
-  return Changing([&]() -> absl::Status {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::Status {
     auto it = std::find_if(queue_.begin(), queue_.end(),
                            [&](const Queued& q) { return q.entry.id == queue_id; });
     if (it == queue_.end() || (caller.role != Role::kAdmin && it->entry.tenant != caller.tenant)) {
@@ -473,7 +475,7 @@ absl::Status Service::CancelQueued(const Caller& caller, std::int64_t queue_id) 
 }
 
 absl::StatusOr<int> Service::Tick(const std::function<std::int64_t(const Lease&)>& idle_seconds) {
-  return Changing([&]() -> absl::StatusOr<int> {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::StatusOr<int> {
     const Caller system{"gpuslice", "", Role::kAdmin, ""};
     const std::int64_t now = Now();
     std::vector<std::pair<std::int64_t, std::string>> ending;
@@ -493,7 +495,9 @@ absl::StatusOr<int> Service::Tick(const std::function<std::int64_t(const Lease&)
       }
       if (idle >= spec->second.idle_timeout_s) ending.emplace_back(id, "reclaimed");
     }
-    std::erase_if(remote_idle_, [&](const auto& entry) { return !active_.contains(entry.first); });
+    std::erase_if(remote_idle_, [&](const auto& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+      return !active_.contains(entry.first);
+    });
     for (const auto& [id, state] : ending) {
       if (absl::Status s = EndLease(id, state, system); !s.ok()) return s;
     }
@@ -515,7 +519,7 @@ absl::StatusOr<int> Service::Tick(const std::function<std::int64_t(const Lease&)
 
 absl::StatusOr<std::vector<Lease>> Service::Leases(const Caller& caller, bool active_only) {
   if (active_only) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    util::MutexLock lock(mutex_);
     std::vector<Lease> out;
     for (const auto& [id, active] : active_) {
       if (caller.role == Role::kAdmin || active.lease.tenant == caller.tenant) {
@@ -525,8 +529,8 @@ absl::StatusOr<std::vector<Lease>> Service::Leases(const Caller& caller, bool ac
     return out;
   }
   if (absl::Status s = Sync(); !s.ok()) return s;
-  std::lock_guard<std::mutex> state(mutex_);
-  std::lock_guard<std::mutex> connection(db_mutex_);
+  util::MutexLock state(mutex_);
+  util::MutexLock connection(db_mutex_);
   std::map<std::string, int> node_index;
   for (int n = 0; n < engine_.cluster().node_count(); ++n) {
     node_index[engine_.cluster().spec(n).name] = n;
@@ -556,7 +560,7 @@ absl::StatusOr<std::vector<Lease>> Service::Leases(const Caller& caller, bool ac
 
 absl::StatusOr<Lease> Service::GetLease(const Caller& caller, std::int64_t lease_id) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    util::MutexLock lock(mutex_);
     auto it = active_.find(lease_id);
     if (it != active_.end() &&
         (caller.role == Role::kAdmin || it->second.lease.tenant == caller.tenant)) {
@@ -572,7 +576,7 @@ absl::StatusOr<Lease> Service::GetLease(const Caller& caller, std::int64_t lease
 }
 
 absl::StatusOr<std::vector<QueueEntry>> Service::Queue(const Caller& caller) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  util::MutexLock lock(mutex_);
   std::vector<QueueEntry> out;
   for (const Queued& q : queue_) {
     if (caller.role == Role::kAdmin || q.entry.tenant == caller.tenant) out.push_back(q.entry);

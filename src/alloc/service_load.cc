@@ -23,7 +23,7 @@ using namespace internal;  // NOLINT(google-build-using-namespace): this library
 using store::Value;
 
 absl::Status Service::Reload() {
-  std::lock_guard<std::mutex> connection(db_mutex_);
+  util::MutexLock connection(db_mutex_);
   absl::StatusOr<std::unique_ptr<place::Policy>> policy =
       place::MakePolicy(options_.policy, place::PolicyOptions{});
   if (!policy.ok()) return policy.status();

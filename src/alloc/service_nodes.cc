@@ -205,17 +205,18 @@ absl::Status Service::CheckMachine(const Caller& caller, const std::string& host
   absl::Status allowed = NeedMachine(caller, host);
   if (allowed.ok() || caller.role != Role::kAgent) return allowed;
   // An agent reaching for another machine is worth an admin's attention: audited, durably.
-  const absl::Status audited = Changing([&]() -> absl::Status {
-    Audited(caller, "", "agent.refuse", host, "",
-            json{{"machine", caller.machine}, {"why", std::string(allowed.message())}}.dump());
-    return absl::OkStatus();
-  });
+  const absl::Status audited =
+      Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::Status {
+        Audited(caller, "", "agent.refuse", host, "",
+                json{{"machine", caller.machine}, {"why", std::string(allowed.message())}}.dump());
+        return absl::OkStatus();
+      });
   return audited.ok() ? allowed : audited;
 }
 
 absl::Status Service::ReportNode(const Caller& caller, const NodeReport& report) {
   if (absl::Status s = CheckMachine(caller, report.host); !s.ok()) return s;
-  return Changing([&]() -> absl::Status {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::Status {
     if (!ValidName(report.host)) {
       return absl::InvalidArgumentError("host: 1-64 letters, digits, '-', '_' or '.'");
     }
@@ -272,7 +273,7 @@ absl::Status Service::ReportNode(const Caller& caller, const NodeReport& report)
 
 absl::StatusOr<std::vector<NodeReport>> Service::Nodes(const Caller& caller) {
   if (absl::Status s = NeedAdminOrAgent(caller); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mutex_);
+  util::MutexLock lock(mutex_);
   std::vector<NodeReport> out;
   for (const auto& [host, report] : remotes_) {
     if (caller.role == Role::kAdmin || host == caller.machine) out.push_back(report);
@@ -283,7 +284,7 @@ absl::StatusOr<std::vector<NodeReport>> Service::Nodes(const Caller& caller) {
 absl::StatusOr<std::vector<Assignment>> Service::Assignments(const Caller& caller,
                                                              const std::string& host) {
   if (absl::Status s = CheckMachine(caller, host); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mutex_);
+  util::MutexLock lock(mutex_);
   if (!remotes_.contains(host)) {
     return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
   }
@@ -309,36 +310,37 @@ absl::StatusOr<std::vector<std::int64_t>> Service::ReportBound(
     const Caller& caller, const std::string& host,
     const std::map<std::int64_t, std::vector<BoundDevice>>& bound) {
   if (absl::Status s = CheckMachine(caller, host); !s.ok()) return s;
-  return Changing([&]() -> absl::StatusOr<std::vector<std::int64_t>> {
-    if (!remotes_.contains(host)) {
-      return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
-    }
-    for (const auto& [id, devices] : bound) {
-      for (const BoundDevice& d : devices) {
-        if (!device::IsDeviceUuid(d.uuid) ||
-            (!d.gpu_uuid.empty() && !device::IsGpuUuid(d.gpu_uuid))) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("lease ", id,
-                           ": uuid and gpu_uuid must be device UUIDs as NVML gives "
-                           "them (GPU-... or MIG-...)"));
+  return Changing(
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::StatusOr<std::vector<std::int64_t>> {
+        if (!remotes_.contains(host)) {
+          return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
         }
-      }
-    }
-    std::vector<std::int64_t> ignored;
-    for (const auto& [id, devices] : bound) {
-      auto it = active_.find(id);
-      if (it == active_.end() || HostOf(it->second.lease.node) != host ||
-          devices.size() != it->second.lease.claims.size()) {
-        ignored.push_back(id);
-        continue;
-      }
-      Lease& lease = it->second.lease;
-      if (lease.bound == devices) continue;
-      lease.bound = devices;
-      Stage("UPDATE leases SET bound = ? WHERE id = ?", {BoundToJson(devices).dump(), id});
-    }
-    return ignored;
-  });
+        for (const auto& [id, devices] : bound) {
+          for (const BoundDevice& d : devices) {
+            if (!device::IsDeviceUuid(d.uuid) ||
+                (!d.gpu_uuid.empty() && !device::IsGpuUuid(d.gpu_uuid))) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("lease ", id,
+                               ": uuid and gpu_uuid must be device UUIDs as NVML gives "
+                               "them (GPU-... or MIG-...)"));
+            }
+          }
+        }
+        std::vector<std::int64_t> ignored;
+        for (const auto& [id, devices] : bound) {
+          auto it = active_.find(id);
+          if (it == active_.end() || HostOf(it->second.lease.node) != host ||
+              devices.size() != it->second.lease.claims.size()) {
+            ignored.push_back(id);
+            continue;
+          }
+          Lease& lease = it->second.lease;
+          if (lease.bound == devices) continue;
+          lease.bound = devices;
+          Stage("UPDATE leases SET bound = ? WHERE id = ?", {BoundToJson(devices).dump(), id});
+        }
+        return ignored;
+      });
 }
 
 absl::StatusOr<std::vector<std::int64_t>> Service::ReportUsage(
@@ -353,7 +355,7 @@ absl::StatusOr<std::vector<std::int64_t>> Service::ReportUsage(
       return absl::InvalidArgumentError(absl::StrCat("leases.", id, ": idle seconds out of range"));
     }
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  util::MutexLock lock(mutex_);
   if (!remotes_.contains(host)) {
     return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
   }
@@ -374,7 +376,7 @@ absl::StatusOr<std::vector<std::int64_t>> Service::ReportUsage(
 
 absl::StatusOr<LayoutOutcome> Service::SetLayout(const Caller& caller, const std::string& host,
                                                  const LayoutRequest& request) {
-  return Changing([&]() -> absl::StatusOr<LayoutOutcome> {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::StatusOr<LayoutOutcome> {
     if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
     if (!remotes_.contains(host)) {
       return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
@@ -463,7 +465,7 @@ absl::StatusOr<LayoutOutcome> Service::SetLayout(const Caller& caller, const std
 }
 
 absl::StatusOr<LayoutOutcome> Service::ClearLayout(const Caller& caller, const std::string& host) {
-  return Changing([&]() -> absl::StatusOr<LayoutOutcome> {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::StatusOr<LayoutOutcome> {
     if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
     auto current = layouts_.find(host);
     if (current == layouts_.end()) {
@@ -519,7 +521,7 @@ absl::StatusOr<LayoutOutcome> Service::ClearLayout(const Caller& caller, const s
 absl::StatusOr<std::optional<NodeLayout>> Service::GetLayout(const Caller& caller,
                                                              const std::string& host) {
   if (absl::Status s = CheckMachine(caller, host); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mutex_);
+  util::MutexLock lock(mutex_);
   if (!remotes_.contains(host)) {
     return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
   }
@@ -531,7 +533,7 @@ absl::StatusOr<std::optional<NodeLayout>> Service::GetLayout(const Caller& calle
 absl::Status Service::ReportLayout(const Caller& caller, const std::string& host,
                                    std::int64_t generation, const std::string& message) {
   if (absl::Status s = CheckMachine(caller, host); !s.ok()) return s;
-  return Changing([&]() -> absl::Status {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::Status {
     auto it = layouts_.find(host);
     if (it == layouts_.end()) {
       return absl::NotFoundError(absl::StrCat("machine '", host, "' has no layout"));

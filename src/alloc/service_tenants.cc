@@ -121,7 +121,7 @@ std::vector<ClassSpec> DefaultClasses() {
 }  // namespace internal
 
 absl::Status Service::PutTenant(const Caller& caller, const TenantSpec& tenant) {
-  return Changing([&]() -> absl::Status {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::Status {
     if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
     if (!ValidName(tenant.name)) {
       return absl::InvalidArgumentError("tenant name: 1-64 letters, digits, '-', '_' or '.'");
@@ -169,7 +169,7 @@ absl::Status Service::PutTenant(const Caller& caller, const TenantSpec& tenant) 
 }
 
 absl::Status Service::DeleteTenant(const Caller& caller, const std::string& name) {
-  return Changing([&]() -> absl::Status {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::Status {
     if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
     if (!tenants_.contains(name)) {
       return absl::NotFoundError(absl::StrCat("tenant '", name, "' does not exist"));
@@ -201,7 +201,7 @@ absl::Status Service::DeleteTenant(const Caller& caller, const std::string& name
 }
 
 absl::StatusOr<std::vector<TenantSpec>> Service::Tenants(const Caller& caller) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  util::MutexLock lock(mutex_);
   std::vector<TenantSpec> out;
   for (const auto& [name, tenant] : tenants_) {
     if (caller.role == Role::kAdmin || caller.tenant == name) out.push_back(tenant);
@@ -210,7 +210,7 @@ absl::StatusOr<std::vector<TenantSpec>> Service::Tenants(const Caller& caller) {
 }
 
 absl::Status Service::PutClass(const Caller& caller, const ClassSpec& spec) {
-  return Changing([&]() -> absl::Status {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::Status {
     if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
     if (absl::Status s = ValidateClass(spec); !s.ok()) return s;
     Stage("DELETE FROM classes WHERE name = ?", {spec.name});
@@ -222,7 +222,7 @@ absl::Status Service::PutClass(const Caller& caller, const ClassSpec& spec) {
 }
 
 absl::Status Service::DeleteClass(const Caller& caller, const std::string& name) {
-  return Changing([&]() -> absl::Status {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::Status {
     if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
     if (!classes_.contains(name)) {
       return absl::NotFoundError(absl::StrCat("class '", name, "' does not exist"));
@@ -249,7 +249,7 @@ absl::Status Service::DeleteClass(const Caller& caller, const std::string& name)
 }
 
 std::vector<ClassSpec> Service::Classes() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  util::MutexLock lock(mutex_);
   std::vector<ClassSpec> out;
   for (const auto& [name, spec] : classes_) out.push_back(spec);
   return out;

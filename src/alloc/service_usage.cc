@@ -120,22 +120,23 @@ absl::StatusOr<std::vector<std::int64_t>> Service::RecordUsage(
       return absl::InvalidArgumentError(absl::StrCat("leases.", id, ".", s.message()));
     }
   }
-  return Changing([&]() -> absl::StatusOr<std::vector<std::int64_t>> {
-    if (!remotes_.contains(host)) {
-      return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
-    }
-    std::vector<std::int64_t> ignored;
-    const std::int64_t now = Now();
-    for (const auto& [id, figures] : samples) {
-      auto it = active_.find(id);
-      if (it == active_.end() || HostOf(it->second.lease.node) != host) {
-        ignored.push_back(id);
-        continue;
-      }
-      Stage(kMergeBucket, BucketParams(BucketOf(id, now, figures, kMinuteBucketS)));
-    }
-    return ignored;
-  });
+  return Changing(
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::StatusOr<std::vector<std::int64_t>> {
+        if (!remotes_.contains(host)) {
+          return absl::NotFoundError(absl::StrCat("no machine '", host, "' has reported"));
+        }
+        std::vector<std::int64_t> ignored;
+        const std::int64_t now = Now();
+        for (const auto& [id, figures] : samples) {
+          auto it = active_.find(id);
+          if (it == active_.end() || HostOf(it->second.lease.node) != host) {
+            ignored.push_back(id);
+            continue;
+          }
+          Stage(kMergeBucket, BucketParams(BucketOf(id, now, figures, kMinuteBucketS)));
+        }
+        return ignored;
+      });
 }
 
 void Service::StageUsageRollUp(std::int64_t now) {
@@ -163,7 +164,7 @@ absl::StatusOr<alloc::UsageReport> Service::UsageReport(const Caller& caller, st
   std::vector<UsageLease> leases;
   std::vector<UsageBucket> buckets;
   {
-    std::lock_guard<std::mutex> connection(db_mutex_);
+    util::MutexLock connection(db_mutex_);
     const bool all = caller.role == Role::kAdmin;
     const std::string of_tenant =
         all ? "" : " AND lease IN (SELECT id FROM leases WHERE tenant = ?)";

@@ -112,8 +112,9 @@ absl::StatusOr<std::string> Service::CreateUser(const Caller& caller, const std:
                                                 const std::string& tenant, Role role,
                                                 const std::string& machine,
                                                 std::int64_t expires_in_s) {
-  return Changing(
-      [&] { return CreateUserLocked(caller, name, tenant, role, machine, expires_in_s); });
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return CreateUserLocked(caller, name, tenant, role, machine, expires_in_s);
+  });
 }
 
 absl::StatusOr<std::string> Service::CreateUserLocked(const Caller& caller, const std::string& name,
@@ -161,20 +162,21 @@ absl::StatusOr<std::string> Service::CreateUserLocked(const Caller& caller, cons
 }
 
 absl::StatusOr<std::optional<std::string>> Service::BootstrapAdmin(const std::string& name) {
-  return Changing([&]() -> absl::StatusOr<std::optional<std::string>> {
-    for (const auto& [user_name, user] : users_) {
-      if (user.role == Role::kAdmin) return std::optional<std::string>();
-    }
-    const Caller system{"gpuslice", "", Role::kAdmin, ""};
-    absl::StatusOr<std::string> token = CreateUserLocked(system, name, "", Role::kAdmin, "", 0);
-    if (!token.ok()) return token.status();
-    return std::optional<std::string>(*token);
-  });
+  return Changing(
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::StatusOr<std::optional<std::string>> {
+        for (const auto& [user_name, user] : users_) {
+          if (user.role == Role::kAdmin) return std::optional<std::string>();
+        }
+        const Caller system{"gpuslice", "", Role::kAdmin, ""};
+        absl::StatusOr<std::string> token = CreateUserLocked(system, name, "", Role::kAdmin, "", 0);
+        if (!token.ok()) return token.status();
+        return std::optional<std::string>(*token);
+      });
 }
 
 absl::StatusOr<Caller> Service::Authenticate(const std::string& token) {
   const std::string hash = HashToken(token);
-  std::lock_guard<std::mutex> lock(mutex_);
+  util::MutexLock lock(mutex_);
   auto it = user_by_token_hash_.find(hash);
   if (it == user_by_token_hash_.end()) return absl::UnauthenticatedError("unknown API token");
   const UserInfo& user = users_.at(it->second);
@@ -187,7 +189,7 @@ absl::StatusOr<Caller> Service::Authenticate(const std::string& token) {
 }
 
 absl::StatusOr<std::vector<UserInfo>> Service::Users(const Caller& caller) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  util::MutexLock lock(mutex_);
   std::vector<UserInfo> out;
   for (const auto& [name, user] : users_) {
     if (caller.role == Role::kAdmin || caller.user == name) out.push_back(user);
@@ -196,7 +198,7 @@ absl::StatusOr<std::vector<UserInfo>> Service::Users(const Caller& caller) {
 }
 
 absl::Status Service::RevokeUser(const Caller& caller, const std::string& name) {
-  return Changing([&]() -> absl::Status {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::Status {
     if (absl::Status s = NeedAdmin(caller); !s.ok()) return s;
     auto it = users_.find(name);
     if (it == users_.end()) return absl::NotFoundError(absl::StrCat("no user '", name, "'"));
@@ -218,7 +220,7 @@ absl::Status Service::RevokeUser(const Caller& caller, const std::string& name) 
 
 absl::StatusOr<std::string> Service::RotateToken(const Caller& caller, const std::string& name,
                                                  std::optional<std::int64_t> expires_in_s) {
-  return Changing([&]() -> absl::StatusOr<std::string> {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::StatusOr<std::string> {
     if (caller.role != Role::kAdmin && caller.user != name) {
       return absl::PermissionDeniedError(
           "only an admin rotates another user's token; rotate your own with your name");
@@ -256,7 +258,7 @@ absl::StatusOr<std::string> Service::RotateToken(const Caller& caller, const std
 
 absl::Status Service::AuditAuthFailure(const std::string& source, const std::string& why,
                                        bool limited) {
-  return Changing([&]() -> absl::Status {
+  return Changing([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) -> absl::Status {
     const Caller nobody{"-", "", Role::kTenant, ""};
     Audited(nobody, "", limited ? "auth.limit" : "auth.fail", source, "",
             json{{"why", why}}.dump());
