@@ -32,7 +32,9 @@
 // change staged before them is durable.
 //
 // Thread-safety: all public methods may be called concurrently; decisions are serialised inside,
-// commits overlap with the next decisions.
+// commits overlap with the next decisions. The locks, what each guards, the helpers that need
+// them and their order are written as clang thread-safety annotations (gpuslice/util/mutex.h)
+// and checked by scripts/thread_safety.sh.
 #pragma once
 
 #include <cstdint>
