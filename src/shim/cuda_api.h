@@ -5,7 +5,7 @@
 // the layouts and signatures below follow the CUDA driver API reference (CUDA 12.x) for LP64 Linux.
 //
 // Three users:
-//   * the interposer (interposer.cc) exports the hooked functions with C linkage and resolves the
+//   * the interposer (interposer*.cc) exports the hooked functions with C linkage and resolves the
 //     real ones from libcuda.so.1 / libnvidia-ml.so.1 with dlopen and dlsym;
 //   * the test CUDA library (fake_cuda/fake_cuda.cc), a small libcuda.so.1 backed by host memory
 //     whose kernels are timed sleeps, defines the same functions;
