@@ -452,30 +452,23 @@ std::string_view ModeName(plan::SolveMode mode) {
   return "auto";
 }
 
-int Run(const Options& options) {
-  const gpuslice::hw::Catalog& catalog = gpuslice::hw::Catalog::Builtin();
-  const gpuslice::hw::GpuModel* gpu_model = catalog.Find(kGpuModel);
-  if (gpu_model == nullptr || !gpu_model->mig_capable()) {
-    std::cerr << "parvagpu_bench: the catalog has no MIG " << kGpuModel << "\n";
-    return 2;
-  }
-  const geometry::Shape shape(*gpu_model);
-
-  // The model files, in alphabetical order: the SLO files' column order.
+// The model files in `dir`, in alphabetical order (the SLO files' column order), with their rows
+// and perf tables; nullopt once the error is printed.
+std::optional<std::vector<ModelData>> ReadModels(const std::string& dir) {
   std::vector<ModelData> models;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(options.dir, ec)) {
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const fs::path& path = entry.path();
     if (path.extension() != ".csv" || path.filename().string().rfind("SLO_", 0) == 0) continue;
     models.push_back({path.stem().string(), path, {}, {}});
   }
   if (ec) {
-    std::cerr << "parvagpu_bench: cannot list " << options.dir << ": " << ec.message() << "\n";
-    return 2;
+    std::cerr << "parvagpu_bench: cannot list " << dir << ": " << ec.message() << "\n";
+    return std::nullopt;
   }
   if (models.empty()) {
-    std::cerr << "parvagpu_bench: no model CSV in " << options.dir << "\n";
-    return 2;
+    std::cerr << "parvagpu_bench: no model CSV in " << dir << "\n";
+    return std::nullopt;
   }
   std::sort(models.begin(), models.end(),
             [](const ModelData& a, const ModelData& b) { return a.name < b.name; });
@@ -484,31 +477,36 @@ int Run(const Options& options) {
     auto rows = ReadProfileRows(model.path, &error);
     if (!rows) {
       std::cerr << "parvagpu_bench: " << error << "\n";
-      return 2;
+      return std::nullopt;
     }
     model.rows = std::move(*rows);
     auto table = plan::ReadPerfCsv(model.path.string(), kGpuModel);
     if (!table.ok()) {
       std::cerr << "parvagpu_bench: " << table.status().message() << "\n";
-      return 2;
+      return std::nullopt;
     }
     model.table = std::move(*table);
   }
+  return models;
+}
+
+// The scenarios of SLO_req_rate.csv and SLO_latency.csv in `dir`, one workload per model with
+// a rate; nullopt once the error is printed.
+std::optional<std::vector<Scenario>> ReadScenarios(const std::string& dir,
+                                                   const std::vector<ModelData>& models) {
   std::string error;
-  const auto rates = ReadSloFile(fs::path(options.dir) / "SLO_req_rate.csv", models.size(), &error);
+  const auto rates = ReadSloFile(fs::path(dir) / "SLO_req_rate.csv", models.size(), &error);
   const auto latencies =
-      rates ? ReadSloFile(fs::path(options.dir) / "SLO_latency.csv", models.size(), &error)
-            : std::nullopt;
+      rates ? ReadSloFile(fs::path(dir) / "SLO_latency.csv", models.size(), &error) : std::nullopt;
   if (!rates || !latencies) {
     std::cerr << "parvagpu_bench: " << error << "\n";
-    return 2;
+    return std::nullopt;
   }
   if (rates->size() != latencies->size() || rates->empty()) {
     std::cerr << "parvagpu_bench: SLO_req_rate.csv has " << rates->size()
               << " scenarios, SLO_latency.csv " << latencies->size() << "\n";
-    return 2;
+    return std::nullopt;
   }
-
   std::vector<Scenario> scenarios;
   for (size_t s = 0; s < rates->size(); ++s) {
     Scenario scenario;
@@ -519,7 +517,7 @@ int Run(const Options& options) {
       if (rate.has_value() != latency.has_value()) {
         std::cerr << "parvagpu_bench: SLO" << scenario.number << " " << models[m].name
                   << ": a rate without a latency or the reverse\n";
-        return 2;
+        return std::nullopt;
       }
       if (!rate) continue;
       plan::Workload workload;
@@ -537,100 +535,99 @@ int Run(const Options& options) {
     scenario.workloads.policy = plan::SizingPolicy{};
     scenarios.push_back(std::move(scenario));
   }
+  return scenarios;
+}
 
-  const plan::Fleet fleet = MakeFleet(options.gpus);
-  plan::PlanOptions plan_options;
-  plan_options.mode = options.mode;
-  plan_options.time_limit_s = options.time_limit_s;
-
-  std::vector<Outcome> outcomes;
-  for (const auto& scenario : scenarios) {
-    Outcome outcome;
-    outcome.scenario = scenario.number;
-    outcome.models = static_cast<int>(scenario.workloads.workloads.size());
-    outcome.slice_bound = ComputeSliceBound(scenario, models, shape.mig().compute_slices);
-    const auto start = std::chrono::steady_clock::now();
-    auto result = plan::Plan(scenario.workloads, fleet, catalog, plan_options);
-    outcome.wall_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!result.ok()) {
-      outcome.own_problems.push_back("Plan failed: " + std::string(result.status().message()));
-      outcomes.push_back(std::move(outcome));
-      continue;
-    }
-    outcome.gpus_used = result->gpus_used;
-    outcome.lower_bound = result->lower_bound_gpus;
-    outcome.proven = result->proven_optimal;
-    outcome.solve_s = result->solve_seconds;
-    outcome.solver = result->solver;
-    outcome.notes = result->notes;
-    outcome.check_problems = plan::CheckPlan(*result, scenario.workloads, fleet);
-    OwnCheck(*result, scenario, fleet, models, shape, &outcome);
-    if (outcome.own_problems.empty() && outcome.gpus_used < outcome.slice_bound) {
-      outcome.own_problems.push_back("uses " + std::to_string(outcome.gpus_used) +
-                                     " GPUs, fewer than the compute-slice bound " +
-                                     std::to_string(outcome.slice_bound));
-    }
-    if (outcome.lower_bound > outcome.gpus_used) {
-      outcome.own_problems.push_back("lower bound " + std::to_string(outcome.lower_bound) +
-                                     " above the GPUs used");
-    }
-    outcomes.push_back(std::move(outcome));
+// One scenario planned, timed and checked twice.
+Outcome PlanScenario(const Scenario& scenario, const std::vector<ModelData>& models,
+                     const plan::Fleet& fleet, const gpuslice::hw::Catalog& catalog,
+                     const plan::PlanOptions& plan_options, const geometry::Shape& shape) {
+  Outcome outcome;
+  outcome.scenario = scenario.number;
+  outcome.models = static_cast<int>(scenario.workloads.workloads.size());
+  outcome.slice_bound = ComputeSliceBound(scenario, models, shape.mig().compute_slices);
+  const auto start = std::chrono::steady_clock::now();
+  auto result = plan::Plan(scenario.workloads, fleet, catalog, plan_options);
+  outcome.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!result.ok()) {
+    outcome.own_problems.push_back("Plan failed: " + std::string(result.status().message()));
+    return outcome;
   }
-
-  bool all_feasible = true;
-  for (const auto& outcome : outcomes) all_feasible = all_feasible && outcome.feasible();
-
-  auto parva = [](int scenario) {
-    return scenario >= 1 && scenario <= 6 ? kParvaGpus[scenario - 1] : 0;
-  };
-  auto gpc_share = [&](const Outcome& outcome) {
-    const int total = outcome.gpus_used * shape.mig().compute_slices;
-    return total > 0 ? 100.0 * outcome.compute_slices_used / total : 0.0;
-  };
-
-  if (options.json) {
-    nlohmann::json out;
-    out["gpu_model"] = kGpuModel;
-    out["data"] = options.dir;
-    out["fleet_gpus"] = options.gpus;
-    out["mode"] = ModeName(options.mode);
-    out["time_limit_s"] = options.time_limit_s;
-    out["scenarios"] = nlohmann::json::array();
-    for (const auto& outcome : outcomes) {
-      nlohmann::json s;
-      s["scenario"] = "SLO" + std::to_string(outcome.scenario);
-      s["models"] = outcome.models;
-      s["gpus"] = outcome.gpus_used;
-      s["lower_bound"] = outcome.lower_bound;
-      s["slice_bound"] = outcome.slice_bound;
-      s["proven_optimal"] = outcome.proven;
-      s["solver"] = outcome.solver;
-      s["solve_s"] = outcome.solve_s;
-      s["wall_s"] = outcome.wall_s;
-      s["gpc_allocated_pct"] = gpc_share(outcome);
-      s["parvagpu_gpus"] = parva(outcome.scenario);
-      s["feasible"] = outcome.feasible();
-      s["check_plan_problems"] = outcome.check_problems;
-      s["own_check_problems"] = outcome.own_problems;
-      s["notes"] = outcome.notes;
-      s["instances"] = nlohmann::json::array();
-      for (const auto& m : outcome.per_model) {
-        nlohmann::json j;
-        j["model"] = m.name;
-        j["rate_rps"] = m.rate;
-        j["latency_slo_ms"] = m.slo_ms;
-        j["provided_rps"] = m.provided;
-        j["instances"] = GroupsText(m.groups);
-        s["instances"].push_back(std::move(j));
-      }
-      out["scenarios"].push_back(std::move(s));
-    }
-    std::cout << out.dump(2) << "\n";
-    return all_feasible ? 0 : 1;
+  outcome.gpus_used = result->gpus_used;
+  outcome.lower_bound = result->lower_bound_gpus;
+  outcome.proven = result->proven_optimal;
+  outcome.solve_s = result->solve_seconds;
+  outcome.solver = result->solver;
+  outcome.notes = result->notes;
+  outcome.check_problems = plan::CheckPlan(*result, scenario.workloads, fleet);
+  OwnCheck(*result, scenario, fleet, models, shape, &outcome);
+  if (outcome.own_problems.empty() && outcome.gpus_used < outcome.slice_bound) {
+    outcome.own_problems.push_back("uses " + std::to_string(outcome.gpus_used) +
+                                   " GPUs, fewer than the compute-slice bound " +
+                                   std::to_string(outcome.slice_bound));
   }
+  if (outcome.lower_bound > outcome.gpus_used) {
+    outcome.own_problems.push_back("lower bound " + std::to_string(outcome.lower_bound) +
+                                   " above the GPUs used");
+  }
+  return outcome;
+}
 
-  std::printf("ParvaGPU SLO scenarios on %s: %zu models from %s\n", kGpuModel, models.size(),
+// ParvaGPU's own GPU count for SLO`scenario` (0 for another scenario).
+int ParvaGpus(int scenario) {
+  return scenario >= 1 && scenario <= 6 ? kParvaGpus[scenario - 1] : 0;
+}
+
+// The percentage of the used GPUs' compute slices in use.
+double GpcShare(const Outcome& outcome, const geometry::Shape& shape) {
+  const int total = outcome.gpus_used * shape.mig().compute_slices;
+  return total > 0 ? 100.0 * outcome.compute_slices_used / total : 0.0;
+}
+
+void PrintJson(const Options& options, const std::vector<Outcome>& outcomes,
+               const geometry::Shape& shape) {
+  nlohmann::json out;
+  out["gpu_model"] = kGpuModel;
+  out["data"] = options.dir;
+  out["fleet_gpus"] = options.gpus;
+  out["mode"] = ModeName(options.mode);
+  out["time_limit_s"] = options.time_limit_s;
+  out["scenarios"] = nlohmann::json::array();
+  for (const auto& outcome : outcomes) {
+    nlohmann::json s;
+    s["scenario"] = "SLO" + std::to_string(outcome.scenario);
+    s["models"] = outcome.models;
+    s["gpus"] = outcome.gpus_used;
+    s["lower_bound"] = outcome.lower_bound;
+    s["slice_bound"] = outcome.slice_bound;
+    s["proven_optimal"] = outcome.proven;
+    s["solver"] = outcome.solver;
+    s["solve_s"] = outcome.solve_s;
+    s["wall_s"] = outcome.wall_s;
+    s["gpc_allocated_pct"] = GpcShare(outcome, shape);
+    s["parvagpu_gpus"] = ParvaGpus(outcome.scenario);
+    s["feasible"] = outcome.feasible();
+    s["check_plan_problems"] = outcome.check_problems;
+    s["own_check_problems"] = outcome.own_problems;
+    s["notes"] = outcome.notes;
+    s["instances"] = nlohmann::json::array();
+    for (const auto& m : outcome.per_model) {
+      nlohmann::json j;
+      j["model"] = m.name;
+      j["rate_rps"] = m.rate;
+      j["latency_slo_ms"] = m.slo_ms;
+      j["provided_rps"] = m.provided;
+      j["instances"] = GroupsText(m.groups);
+      s["instances"].push_back(std::move(j));
+    }
+    out["scenarios"].push_back(std::move(s));
+  }
+  std::cout << out.dump(2) << "\n";
+}
+
+void PrintText(const Options& options, size_t model_count, const std::vector<Outcome>& outcomes,
+               const geometry::Shape& shape) {
+  std::printf("ParvaGPU SLO scenarios on %s: %zu models from %s\n", kGpuModel, model_count,
               options.dir.c_str());
   std::printf("fleet: %d x %s in nodes of 8, all the same cost; mode %s, time limit %g s\n\n",
               options.gpus, kGpuModel, std::string(ModeName(options.mode)).c_str(),
@@ -641,13 +638,13 @@ int Run(const Options& options) {
   int total = 0;
   int total_parva = 0;
   for (const auto& outcome : outcomes) {
-    const int theirs = parva(outcome.scenario);
+    const int theirs = ParvaGpus(outcome.scenario);
     total += outcome.gpus_used;
     total_parva += theirs;
     std::printf("SLO%-5d %6d %5d %11d %11d %6s %12s %8.3f %8.3f %8.0f%% %8d %+5d\n",
                 outcome.scenario, outcome.models, outcome.gpus_used, outcome.lower_bound,
                 outcome.slice_bound, outcome.proven ? "yes" : "no", outcome.solver.c_str(),
-                outcome.solve_s, outcome.wall_s, gpc_share(outcome), theirs,
+                outcome.solve_s, outcome.wall_s, GpcShare(outcome, shape), theirs,
                 outcome.gpus_used - theirs);
   }
   std::printf("%-8s %6s %5d %11s %11s %6s %12s %8s %8s %9s %8d %+5d\n", "total", "", total, "", "",
@@ -675,6 +672,37 @@ int Run(const Options& options) {
   for (const auto& outcome : outcomes) {
     std::printf("parvagpu SLO%d gpus=%d lower_bound=%d feasible=%s\n", outcome.scenario,
                 outcome.gpus_used, outcome.lower_bound, outcome.feasible() ? "yes" : "no");
+  }
+}
+
+int Run(const Options& options) {
+  const gpuslice::hw::Catalog& catalog = gpuslice::hw::Catalog::Builtin();
+  const gpuslice::hw::GpuModel* gpu_model = catalog.Find(kGpuModel);
+  if (gpu_model == nullptr || !gpu_model->mig_capable()) {
+    std::cerr << "parvagpu_bench: the catalog has no MIG " << kGpuModel << "\n";
+    return 2;
+  }
+  const geometry::Shape shape(*gpu_model);
+  const std::optional<std::vector<ModelData>> models = ReadModels(options.dir);
+  if (!models) return 2;
+  const std::optional<std::vector<Scenario>> scenarios = ReadScenarios(options.dir, *models);
+  if (!scenarios) return 2;
+
+  const plan::Fleet fleet = MakeFleet(options.gpus);
+  plan::PlanOptions plan_options;
+  plan_options.mode = options.mode;
+  plan_options.time_limit_s = options.time_limit_s;
+  std::vector<Outcome> outcomes;
+  for (const auto& scenario : *scenarios) {
+    outcomes.push_back(PlanScenario(scenario, *models, fleet, catalog, plan_options, shape));
+  }
+  bool all_feasible = true;
+  for (const auto& outcome : outcomes) all_feasible = all_feasible && outcome.feasible();
+
+  if (options.json) {
+    PrintJson(options, outcomes, shape);
+  } else {
+    PrintText(options, models->size(), outcomes, shape);
   }
   return all_feasible ? 0 : 1;
 }
