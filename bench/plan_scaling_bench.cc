@@ -663,14 +663,10 @@ struct Target {
   std::string detail;
 };
 
-int Run(const Options& options) {
-  const gpuslice::hw::Catalog& catalog = gpuslice::hw::Catalog::Builtin();
-  for (const GpuType& type : kGpuTypes) {
-    if (catalog.Find(type.model) == nullptr) {
-      std::cerr << "plan_scaling_bench: the catalog has no " << type.model << "\n";
-      return 2;
-    }
-  }
+// Every size of `options` generated and planned in the modes asked; nullopt once the error is
+// printed.
+std::optional<std::vector<RunResult>> RunSizes(const Options& options,
+                                               const gpuslice::hw::Catalog& catalog) {
   std::vector<RunResult> runs;
   for (const Size& size : options.sizes) {
     const auto start = std::chrono::steady_clock::now();
@@ -681,7 +677,7 @@ int Run(const Options& options) {
     const auto families = MakeFamilies(rng, options.data_dir, &error);
     if (families.empty()) {
       std::cerr << "plan_scaling_bench: " << error << "\n";
-      return 2;
+      return std::nullopt;
     }
     const plan::WorkloadSet workloads =
         MakeWorkloads(size.workloads, families, fleet_models, catalog, rng);
@@ -702,8 +698,11 @@ int Run(const Options& options) {
       std::fprintf(stderr, "plan_scaling_bench: %s; done\n", Describe(workloads, fleet).c_str());
     }
   }
+  return runs;
+}
 
-  // The targets.
+// The targets, judged on the runs they apply to: exact mode's, then fast mode's.
+std::vector<Target> JudgeTargets(const std::vector<RunResult>& runs) {
   Target exact;
   exact.name = "exact mode proves optimality on fleets up to 1,000 GPUs within 2 s";
   Target fast;
@@ -733,53 +732,53 @@ int Run(const Options& options) {
       fast.detail += detail;
     }
   }
-  const Target* targets[] = {&exact, &fast};
+  return {std::move(exact), std::move(fast)};
+}
 
-  bool all_ok = true;
-  for (const auto& run : runs) all_ok = all_ok && run.ok && run.problems.empty();
-
-  if (options.json) {
-    nlohmann::json out;
-    out["seed"] = options.seed;
-    out["perf"] = options.data_dir.empty() ? "synthetic" : options.data_dir;
-    out["time_limit_s"] = options.time_limit_s;
-    out["costs"] = options.uniform_cost ? "uniform" : "list prices";
-    out["runs"] = nlohmann::json::array();
-    for (const auto& run : runs) {
-      nlohmann::json j;
-      j["workloads"] = run.workloads;
-      j["fleet_gpus"] = run.gpus;
-      j["mode"] = run.mode;
-      j["ok"] = run.ok;
-      if (!run.ok) j["error"] = run.error;
-      j["solver"] = run.solver;
-      j["generate_s"] = run.generate_s;
-      j["plan_s"] = run.plan_s;
-      j["solve_s"] = run.solve_s;
-      j["check_s"] = run.check_s;
-      j["gpus_used"] = run.gpus_used;
-      j["cost_per_hour"] = run.cost;
-      j["lower_bound_cost"] = run.lower_bound;
-      j["gap_pct"] = run.gap_pct;
-      j["proven_optimal"] = run.proven;
-      j["unplaced"] = run.unplaced;
-      j["unsatisfiable"] = run.unsatisfiable;
-      j["unplaced_first"] = run.unplaced_why;
-      j["used_by_type"] = run.used_by_type;
-      j["check_plan_problems"] = run.problems;
-      j["notes"] = run.notes;
-      out["runs"].push_back(std::move(j));
-    }
-    out["targets"] = nlohmann::json::array();
-    for (const Target* target : targets) {
-      if (!target->applicable) continue;
-      out["targets"].push_back(
-          {{"target", target->name}, {"met", target->met}, {"detail", target->detail}});
-    }
-    std::cout << out.dump(2) << "\n";
-    return all_ok ? 0 : 1;
+void PrintJson(const Options& options, const std::vector<RunResult>& runs,
+               const std::vector<Target>& targets) {
+  nlohmann::json out;
+  out["seed"] = options.seed;
+  out["perf"] = options.data_dir.empty() ? "synthetic" : options.data_dir;
+  out["time_limit_s"] = options.time_limit_s;
+  out["costs"] = options.uniform_cost ? "uniform" : "list prices";
+  out["runs"] = nlohmann::json::array();
+  for (const auto& run : runs) {
+    nlohmann::json j;
+    j["workloads"] = run.workloads;
+    j["fleet_gpus"] = run.gpus;
+    j["mode"] = run.mode;
+    j["ok"] = run.ok;
+    if (!run.ok) j["error"] = run.error;
+    j["solver"] = run.solver;
+    j["generate_s"] = run.generate_s;
+    j["plan_s"] = run.plan_s;
+    j["solve_s"] = run.solve_s;
+    j["check_s"] = run.check_s;
+    j["gpus_used"] = run.gpus_used;
+    j["cost_per_hour"] = run.cost;
+    j["lower_bound_cost"] = run.lower_bound;
+    j["gap_pct"] = run.gap_pct;
+    j["proven_optimal"] = run.proven;
+    j["unplaced"] = run.unplaced;
+    j["unsatisfiable"] = run.unsatisfiable;
+    j["unplaced_first"] = run.unplaced_why;
+    j["used_by_type"] = run.used_by_type;
+    j["check_plan_problems"] = run.problems;
+    j["notes"] = run.notes;
+    out["runs"].push_back(std::move(j));
   }
+  out["targets"] = nlohmann::json::array();
+  for (const Target& target : targets) {
+    if (!target.applicable) continue;
+    out["targets"].push_back(
+        {{"target", target.name}, {"met", target.met}, {"detail", target.detail}});
+  }
+  std::cout << out.dump(2) << "\n";
+}
 
+void PrintText(const Options& options, const std::vector<RunResult>& runs,
+               const std::vector<Target>& targets) {
   std::printf(
       "planner scaling: synthetic fleets and workloads (seed %llu, perf tables: %s, costs: %s,"
       " time limit %g s)\n",
@@ -827,10 +826,30 @@ int Run(const Options& options) {
       "unplaced: workloads left out of the plan; unsat: of those, the ones with no sizing option"
       " at all (the rest lacked room); gap: (cost - bound) / bound, where the bound is the"
       " planner's proven lower bound (PlanResult::lower_bound_cost)\n");
-  for (const Target* target : targets) {
-    if (!target->applicable) continue;
-    std::printf("target: %s: %s (%s)\n", target->name.c_str(), target->met ? "MET" : "MISSED",
-                target->detail.c_str());
+  for (const Target& target : targets) {
+    if (!target.applicable) continue;
+    std::printf("target: %s: %s (%s)\n", target.name.c_str(), target.met ? "MET" : "MISSED",
+                target.detail.c_str());
+  }
+}
+
+int Run(const Options& options) {
+  const gpuslice::hw::Catalog& catalog = gpuslice::hw::Catalog::Builtin();
+  for (const GpuType& type : kGpuTypes) {
+    if (catalog.Find(type.model) == nullptr) {
+      std::cerr << "plan_scaling_bench: the catalog has no " << type.model << "\n";
+      return 2;
+    }
+  }
+  const std::optional<std::vector<RunResult>> runs = RunSizes(options, catalog);
+  if (!runs) return 2;
+  const std::vector<Target> targets = JudgeTargets(*runs);
+  bool all_ok = true;
+  for (const auto& run : *runs) all_ok = all_ok && run.ok && run.problems.empty();
+  if (options.json) {
+    PrintJson(options, *runs, targets);
+  } else {
+    PrintText(options, *runs, targets);
   }
   return all_ok ? 0 : 1;
 }
