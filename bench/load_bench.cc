@@ -274,13 +274,9 @@ absl::StatusOr<double> RawRate(const Options& o) {
   return static_cast<double>(n) / std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-int Run(const Options& o) {
-  absl::StatusOr<double> raw = RawRate(o);
-  if (!raw.ok()) {
-    std::cerr << "load_bench: raw transactions: " << raw.status() << "\n";
-    return 1;
-  }
-  // Eight machines of eight GPUs, as `serve` sees them: one placement node per machine and model.
+// The service on eight machines of eight GPUs, as `serve` sees them: one placement node per
+// machine and model.
+absl::StatusOr<std::unique_ptr<alloc::Service>> OpenService(const Options& o) {
   std::vector<place::NodeSpec> nodes;
   for (int m = 0; m < 8; ++m) {
     place::NodeSpec node;
@@ -295,63 +291,67 @@ int Run(const Options& o) {
   }
   absl::StatusOr<place::Cluster> cluster = place::Cluster::Create(std::move(nodes));
   absl::StatusOr<std::unique_ptr<store::Database>> db = Open(o, "service.db");
-  if (!cluster.ok() || !db.ok()) {
-    std::cerr << "load_bench: " << (cluster.ok() ? db.status() : cluster.status()) << "\n";
-    return 1;
-  }
+  if (!cluster.ok() || !db.ok()) return cluster.ok() ? db.status() : cluster.status();
   alloc::ServiceOptions service_options;
   service_options.policy = o.policy;
-  absl::StatusOr<std::unique_ptr<alloc::Service>> service =
-      alloc::Service::Open(*std::move(db), *std::move(cluster), service_options);
-  if (!service.ok()) {
-    std::cerr << "load_bench: " << service.status() << "\n";
-    return 1;
-  }
+  return alloc::Service::Open(*std::move(db), *std::move(cluster), service_options);
+}
+
+// Four tenants that may each hold every client's slice, with a user each: their tokens.
+absl::StatusOr<std::vector<std::string>> MakeTenants(alloc::Service& service, const Options& o) {
   const alloc::Caller admin{"bench", "", alloc::Role::kAdmin, ""};
   std::vector<std::string> tokens;
   for (int t = 0; t < 4; ++t) {
     alloc::TenantSpec tenant;
     tenant.name = "team-" + std::to_string(t);
     tenant.max_slices["small"] = o.clients;
-    if (absl::Status s = (*service)->PutTenant(admin, tenant); !s.ok()) {
-      std::cerr << "load_bench: " << s << "\n";
-      return 1;
-    }
-    absl::StatusOr<std::string> token = (*service)->CreateUser(admin, "user-" + std::to_string(t),
-                                                               tenant.name, alloc::Role::kTenant);
-    if (!token.ok()) {
-      std::cerr << "load_bench: " << token.status() << "\n";
-      return 1;
-    }
+    if (absl::Status s = service.PutTenant(admin, tenant); !s.ok()) return s;
+    absl::StatusOr<std::string> token =
+        service.CreateUser(admin, "user-" + std::to_string(t), tenant.name, alloc::Role::kTenant);
+    if (!token.ok()) return token.status();
     tokens.push_back(*token);
   }
-  api::ServerOptions server_options;
-  server_options.port = 0;
-  std::unique_ptr<api::TlsServerContext> server_tls;
-  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> client_tls(nullptr, SSL_CTX_free);
-  if (o.tls) {
-    const std::string cert = (fs::path(o.dir) / "load-bench.crt").string();
-    const std::string key = (fs::path(o.dir) / "load-bench.key").string();
-    absl::Status made = api::MakeSelfSignedCertificate(cert, key, {"127.0.0.1"});
-    absl::StatusOr<std::unique_ptr<api::TlsServerContext>> loaded =
-        made.ok() ? api::TlsServerContext::Load(cert, key)
-                  : absl::StatusOr<std::unique_ptr<api::TlsServerContext>>(made);
-    client_tls.reset(SSL_CTX_new(TLS_client_method()));
-    if (!loaded.ok() || client_tls == nullptr ||
-        SSL_CTX_load_verify_locations(client_tls.get(), cert.c_str(), nullptr) != 1) {
-      std::cerr << "load_bench: TLS: "
-                << (loaded.ok() ? "client context" : loaded.status().ToString()) << "\n";
-      return 1;
-    }
-    SSL_CTX_set_verify(client_tls.get(), SSL_VERIFY_PEER, nullptr);
-    server_tls = *std::move(loaded);
-    server_options.tls = server_tls->get();
+  return tokens;
+}
+
+// With --tls: the server's context on a self-signed certificate made in --dir, and the clients'
+// that verifies it.
+struct Tls {
+  std::unique_ptr<api::TlsServerContext> server;
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> client{nullptr, SSL_CTX_free};
+};
+
+// False once the error is printed.
+bool SetUpTls(const Options& o, Tls* tls) {
+  const std::string cert = (fs::path(o.dir) / "load-bench.crt").string();
+  const std::string key = (fs::path(o.dir) / "load-bench.key").string();
+  absl::Status made = api::MakeSelfSignedCertificate(cert, key, {"127.0.0.1"});
+  absl::StatusOr<std::unique_ptr<api::TlsServerContext>> loaded =
+      made.ok() ? api::TlsServerContext::Load(cert, key)
+                : absl::StatusOr<std::unique_ptr<api::TlsServerContext>>(made);
+  tls->client.reset(SSL_CTX_new(TLS_client_method()));
+  if (!loaded.ok() || tls->client == nullptr ||
+      SSL_CTX_load_verify_locations(tls->client.get(), cert.c_str(), nullptr) != 1) {
+    std::cerr << "load_bench: TLS: "
+              << (loaded.ok() ? "client context" : loaded.status().ToString()) << "\n";
+    return false;
   }
-  api::ApiServer server(**service, server_options);
-  if (absl::Status s = server.Start(); !s.ok()) {
-    std::cerr << "load_bench: " << s << "\n";
-    return 1;
-  }
+  SSL_CTX_set_verify(tls->client.get(), SSL_VERIFY_PEER, nullptr);
+  tls->server = *std::move(loaded);
+  return true;
+}
+
+// What the clients did.
+struct Load {
+  std::int64_t ops = 0;
+  int errors = 0;
+  double elapsed_s = 0;
+  std::vector<double> latencies_ms;  // every acquire's, sorted
+};
+
+// o.clients clients acquiring and releasing for o.seconds on the server at `port`.
+Load DriveClients(const Options& o, int port, const std::vector<std::string>& tokens,
+                  SSL_CTX* client_tls) {
   std::atomic<bool> stop{false};
   std::atomic<std::int64_t> ops{0};
   std::atomic<int> errors{0};
@@ -360,8 +360,7 @@ int Run(const Options& o) {
   const auto start = Clock::now();
   for (int c = 0; c < o.clients; ++c) {
     threads.emplace_back([&, c] {
-      Client client(server.port(), "Bearer " + tokens[static_cast<size_t>(c) % tokens.size()],
-                    client_tls.get());
+      Client client(port, "Bearer " + tokens[static_cast<size_t>(c) % tokens.size()], client_tls);
       const std::string body = R"({"class":"small","purpose":"load benchmark","wait":false})";
       std::string response;
       while (!stop) {
@@ -385,27 +384,68 @@ int Run(const Options& o) {
   std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
   stop = true;
   for (std::thread& t : threads) t.join();
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  server.Stop();
-  std::vector<double> all;
-  for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
-  std::sort(all.begin(), all.end());
+  Load load;
+  load.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  load.ops = ops.load();
+  load.errors = errors.load();
+  for (const auto& l : latencies) {
+    load.latencies_ms.insert(load.latencies_ms.end(), l.begin(), l.end());
+  }
+  std::sort(load.latencies_ms.begin(), load.latencies_ms.end());
+  return load;
+}
+
+void Report(const Options& o, const Load& load, double raw) {
+  const std::vector<double>& all = load.latencies_ms;
   auto percentile = [&](double p) {
     return all.empty() ? 0.0
                        : all[std::min(all.size() - 1,
                                       static_cast<size_t>(p * static_cast<double>(all.size())))];
   };
-  const double ops_per_s = static_cast<double>(ops.load()) / elapsed;
+  const double ops_per_s = static_cast<double>(load.ops) / load.elapsed_s;
   std::printf(
       "acquire+release over HTTP: %lld calls in %.1f s by %d clients, %d errors; ratio to "
       "the raw durable transaction rate %.2f\n",
-      static_cast<long long>(ops.load()), elapsed, o.clients, errors.load(), ops_per_s / *raw);
+      static_cast<long long>(load.ops), load.elapsed_s, o.clients, load.errors, ops_per_s / raw);
   std::printf(
       "load %s clients=%d ops_per_s=%.0f p50_ms=%.2f p99_ms=%.2f raw_txn_per_s=%.0f "
       "transport=%s\n",
-      o.store.c_str(), o.clients, ops_per_s, percentile(0.50), percentile(0.99), *raw,
+      o.store.c_str(), o.clients, ops_per_s, percentile(0.50), percentile(0.99), raw,
       o.tls ? "tls" : "plain");
-  return errors.load() == 0 ? 0 : 1;
+}
+
+int Run(const Options& o) {
+  absl::StatusOr<double> raw = RawRate(o);
+  if (!raw.ok()) {
+    std::cerr << "load_bench: raw transactions: " << raw.status() << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<alloc::Service>> service = OpenService(o);
+  if (!service.ok()) {
+    std::cerr << "load_bench: " << service.status() << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::vector<std::string>> tokens = MakeTenants(**service, o);
+  if (!tokens.ok()) {
+    std::cerr << "load_bench: " << tokens.status() << "\n";
+    return 1;
+  }
+  api::ServerOptions server_options;
+  server_options.port = 0;
+  Tls tls;
+  if (o.tls) {
+    if (!SetUpTls(o, &tls)) return 1;
+    server_options.tls = tls.server->get();
+  }
+  api::ApiServer server(**service, server_options);
+  if (absl::Status s = server.Start(); !s.ok()) {
+    std::cerr << "load_bench: " << s << "\n";
+    return 1;
+  }
+  const Load load = DriveClients(o, server.port(), *tokens, tls.client.get());
+  server.Stop();
+  Report(o, load, *raw);
+  return load.errors == 0 ? 0 : 1;
 }
 
 }  // namespace
