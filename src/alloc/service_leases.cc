@@ -96,7 +96,6 @@ absl::StatusOr<place::Request> Service::RequestFor(const AcquireRequest& request
     if (request.profile.size() > 64) return absl::InvalidArgumentError("profile: too long");
     placement.mig_profile = request.profile;
     *class_name = "profile:" + request.profile;
-    if (absl::Status s = CheckProfileExists(engine_.cluster(), placement); !s.ok()) return s;
   } else {
     placement.gpu_milli = request.share_milli;
     placement.vram_mib = request.vram_mib;
@@ -283,6 +282,11 @@ absl::StatusOr<AcquireResult> Service::Acquire(const Caller& caller,
         return result;
       }
       if (absl::IsFailedPrecondition(allocation.status())) {
+        // A mistyped profile: said as such, with the closest names. Only here, where the
+        // engine already found no node able to hold it, never on the way to a grant.
+        if (!request.profile.empty()) {
+          if (absl::Status s = CheckProfileExists(engine_.cluster(), *placement); !s.ok()) return s;
+        }
         return refuse(
             absl::StrCat("never satisfiable on this fleet: ", allocation.status().message()));
       }

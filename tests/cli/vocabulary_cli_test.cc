@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -64,6 +65,7 @@ class StandInApi {
   StandInApi(int status, nlohmann::json body) {
     auto answer = [this, status, body](const httplib::Request& request,
                                        httplib::Response& response) {
+      std::lock_guard<std::mutex> hold(mutex_);
       last_target_ = request.path;
       last_body_ = nlohmann::json::parse(request.body, nullptr, false);
       for (const auto& [key, value] : request.params) params_[key] = value;
@@ -86,16 +88,24 @@ class StandInApi {
   }
   std::string Url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::string Param(const std::string& key) const {
+    std::lock_guard<std::mutex> hold(mutex_);
     auto it = params_.find(key);
     return it == params_.end() ? "" : it->second;
   }
-  const std::string& last_target() const { return last_target_; }
-  const nlohmann::json& last_body() const { return last_body_; }
+  std::string last_target() const {
+    std::lock_guard<std::mutex> hold(mutex_);
+    return last_target_;
+  }
+  nlohmann::json last_body() const {
+    std::lock_guard<std::mutex> hold(mutex_);
+    return last_body_;
+  }
 
  private:
   httplib::Server server_;
   int port_ = 0;
   std::thread thread_;
+  mutable std::mutex mutex_;  // the server's thread writes what the test reads
   std::string last_target_;
   nlohmann::json last_body_;
   std::map<std::string, std::string> params_;
