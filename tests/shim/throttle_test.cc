@@ -379,10 +379,19 @@ TEST_F(ComputeShareTest, TheProcessesOfAStrictSliceKeepLongKernelsToItsShare) {
                             0.25 * kLowFraction, 0.25 + kTolerance, "20 ms kernels");
 }
 
+// Judged on the engine's own trace, not on the probe's windows: the probe counts a kernel when it
+// sees its event complete, so a probe stalled by the host counts kernels a window late (a CI run
+// saw 0.997 then 1.003). A strict 250 slice would get at most 0.35; borrowing, it gets the engine.
 TEST_F(ComputeShareTest, ABorrowingSliceAloneUsesTheIdleEngine) {
-  const Outcome run = RunProbe(LaunchArgs(), Share("alone", 250, "borrow"), 120000);
-  // Up to one 1 ms kernel over a whole second: counted in the second it completes.
-  ExpectShares(run, 0.45, 1.002, "borrow 250 alone");
+  std::map<std::string, std::string> env = Share("alone", 250, "borrow");
+  env["FAKE_CUDA_TRACE"] = dir_ / "trace-alone";
+  const Outcome run = RunProbe(LaunchArgs(), env, 120000);
+  ASSERT_EQ(run.exit_code, 0) << run.Describe();
+  const std::vector<double> shares = TraceShares(ReadTrace(dir_ / "trace-alone"));
+  ASSERT_FALSE(shares.empty()) << run.Describe();
+  for (double share : shares) {
+    EXPECT_GE(share, 0.45) << "borrow 250 alone: " << Show(shares) << "\n" << Tail(run.err);
+  }
 }
 
 struct PathCase {
