@@ -49,7 +49,8 @@ int Call(const ClientOptions& options, const std::string& method, const std::str
 
 // An error answer in words, never a bare HTTP code: "not signed in: MESSAGE (check --token or
 // $GPUSLICE_TOKEN)" for 401, "not allowed: MESSAGE" for 403, "not found", "bad request", "too
-// many attempts" (429), "the server failed" (5xx), "refused" for anything else.
+// many attempts" (429), "the server failed" (5xx), "refused" for anything else. MESSAGE is shown
+// through util::ForTerminal: a server's control characters come out as \xNN.
 std::string RefusalText(int http_status, const std::string& message);
 
 // --server, --token, --json and --timeout.

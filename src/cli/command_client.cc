@@ -17,6 +17,7 @@
 #include "common.h"
 #include "gpuslice/util/clock.h"
 #include "gpuslice/util/duration.h"
+#include "gpuslice/util/utf8.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -91,7 +92,23 @@ int Call(const ClientOptions& options, const std::string& method, const std::str
   return kExitOk;
 }
 
-std::string RefusalText(int http_status, const std::string& message) {
+namespace {
+
+// A field of a server's answer as text to print: a string through util::ForTerminal, a number
+// as JSON, "?" when absent or of another shape.
+std::string ShownField(const json& object, const char* key) {
+  if (!object.is_object()) return "?";
+  const auto it = object.find(key);
+  if (it == object.end()) return "?";
+  if (it->is_string()) return util::ForTerminal(it->get<std::string>());
+  return it->is_number() ? it->dump() : "?";
+}
+
+}  // namespace
+
+std::string RefusalText(int http_status, const std::string& raw_message) {
+  // The server's words, shown: a hostile or broken server cannot drive the terminal.
+  const std::string message = util::ForTerminal(raw_message);
   const char* what = "refused";
   switch (http_status) {
     case 400:
@@ -212,12 +229,12 @@ void AddClientCommands(CLI::App& app, const GlobalOptions& global, Action* actio
         } else if (reply.status == 201) {
           PrintLease(reply.body["lease"]);
         } else if (reply.status == 202) {
-          std::cout << "queued as " << reply.body["queued"]["id"] << ", position "
-                    << reply.body["queued"]["position"] << " in class "
-                    << reply.body["queued"]["class"].get<std::string>() << ": "
-                    << reply.body["reason"].get<std::string>() << "\n";
+          const json queued = reply.body.value("queued", json::object());
+          std::cout << "queued as " << ShownField(queued, "id") << ", position "
+                    << ShownField(queued, "position") << " in class " << ShownField(queued, "class")
+                    << ": " << ShownField(reply.body, "reason") << "\n";
         } else {
-          std::cout << "refused: " << reply.body.value("error", std::string("?")) << "\n";
+          std::cout << "refused: " << ShownField(reply.body, "error") << "\n";
         }
         // A script tells the three apart: granted 0, refused 1, queued (no slice yet) 4.
         return reply.status == 409 ? 1 : reply.status == 202 ? kExitQueued : kExitOk;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "gpuslice/util/duration.h"
+#include "gpuslice/util/utf8.h"
 
 namespace gpuslice::cli {
 
@@ -115,6 +116,7 @@ Table::Table(std::vector<std::string> header) : right_(header.size(), false) {
 
 void Table::Add(std::vector<std::string> row) {
   row.resize(rows_.front().size());
+  for (std::string& cell : row) cell = util::ForTerminal(cell);
   rows_.push_back(std::move(row));
 }
 

@@ -61,7 +61,8 @@ std::string MarkLegend();
 std::string PlacementsText(const hw::GiProfile& profile);
 std::string HexId(std::uint16_t pci_id);
 
-// Left-aligned text table with a header row.
+// Left-aligned text table with a header row. Cells are shown through util::ForTerminal (control
+// characters and broken UTF-8 as \xNN): a table may hold what a server or another user sent.
 class Table {
  public:
   explicit Table(std::vector<std::string> header);

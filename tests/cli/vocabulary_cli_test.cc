@@ -181,6 +181,30 @@ TEST(Vocabulary, RefusalsAreWordsWithTheirExitCodes) {
   EXPECT_THAT(down.output, HasSubstr("cannot reach http://127.0.0.1:1"));
 }
 
+// A hostile server's words reach the terminal escaped: no escape sequence (C0 or C1; broken
+// UTF-8 never parses as JSON, and util_test covers it); likewise an acquire's refusal and a queued
+// answer's reason.
+TEST(Vocabulary, AServersControlCharactersAreShownEscaped) {
+  StandInApi api(403, {{"error",
+                        "no\x1b[2J\x1b]0;pwned\x07 \xc2\x9b"
+                        "31m"}});
+  const testing::CommandResult leases = RunGpuslice("leases --token gs_x --server " + api.Url());
+  EXPECT_EQ(leases.exit_code, 3) << leases.output;
+  EXPECT_THAT(leases.output, HasSubstr("not allowed: no\\x1b[2J\\x1b]0;pwned\\x07 \\xc2\\x9b31m"));
+  EXPECT_THAT(leases.output, Not(HasSubstr("\x1b")));
+  StandInApi refusal(409, {{"error", "full\x1b[2J"}});
+  const testing::CommandResult acquire =
+      RunGpuslice("acquire --class small --purpose t --token gs_x --server " + refusal.Url());
+  EXPECT_EQ(acquire.exit_code, 1) << acquire.output;
+  EXPECT_THAT(acquire.output, HasSubstr("refused: full\\x1b[2J"));
+  StandInApi queued(
+      202, {{"queued", {{"id", 4}, {"position", 1}, {"class", "small\r"}}}, {"reason", 7}});
+  const testing::CommandResult wait =
+      RunGpuslice("acquire --class small --purpose t --token gs_x --server " + queued.Url());
+  EXPECT_EQ(wait.exit_code, 4) << wait.output;
+  EXPECT_THAT(wait.output, HasSubstr("queued as 4, position 1 in class small\\x0d: 7"));
+}
+
 // Every command names its machine with --sim: a state file or a fleet; the sim commands take the
 // file as --sim too, and the old agent/serve spellings still work, hidden from --help.
 TEST(Vocabulary, OneWayToNameASimulatedMachine) {

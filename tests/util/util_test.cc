@@ -88,6 +88,26 @@ TEST(Utf8, ValidatesAndCutsBetweenCharacters) {
   EXPECT_FALSE(util::IsPrintableUtf8("a\tb", false));
 }
 
+TEST(Utf8, ForTerminalEscapesControlsAndBrokenBytesAndKeepsTheRest) {
+  EXPECT_EQ(util::ForTerminal("plain é € 😀 ─┼"), "plain é € 😀 ─┼");
+  EXPECT_EQ(util::ForTerminal("a\x1b[2Jb"), "a\\x1b[2Jb");
+  EXPECT_EQ(util::ForTerminal(std::string("a\0\n\t\x7f", 5)), "a\\x00\\x0a\\x09\\x7f");
+  EXPECT_EQ(util::ForTerminal("\xc2\x9b"
+                              "31m"),
+            "\\xc2\\x9b"
+            "31m")
+      << "C1 CSI";
+  EXPECT_EQ(util::ForTerminal("\xc2\xa0"), "\xc2\xa0") << "no-break space is printable";
+  EXPECT_EQ(util::ForTerminal("\xc3(\xff"), "\\xc3(\\xff");
+}
+
+// Whatever the bytes, what ForTerminal shows is printable UTF-8 (no control character at all).
+RC_GTEST_PROP(Utf8, ForTerminalShowsOnlyPrintableText, (const std::string& bytes)) {
+  const std::string shown = util::ForTerminal(bytes);
+  RC_ASSERT(util::IsPrintableUtf8(shown));
+  RC_ASSERT(shown.find("\xc2\x80") == std::string::npos);
+}
+
 RC_GTEST_PROP(Utf8, APrefixOfValidTextIsValidAndAsLongAsItCanBe, ()) {
   std::string text;
   for (const int c : *rc::gen::container<std::vector<int>>(rc::gen::inRange(1, 0x10ffff))) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -63,6 +64,36 @@ inline std::string Utf8Prefix(std::string_view text, std::size_t max_bytes) {
   std::size_t end = max_bytes;
   while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xc0) == 0x80) --end;
   return std::string(text.substr(0, end));
+}
+
+// `text` made safe to show on a terminal: every control character (C0 with tab and newline, DEL,
+// and the C1 range U+0080..U+009F, which some terminals take as escape sequences) and every byte
+// that is not part of valid UTF-8 is written as \xNN; all else is kept. For text that came from
+// elsewhere (a server's error message, a table cell) before it is printed.
+inline std::string ForTerminal(std::string_view text) {
+  std::string shown;
+  shown.reserve(text.size());
+  const auto escape = [&shown](unsigned char byte) {
+    char code[5];
+    std::snprintf(code, sizeof code, "\\x%02x", byte);
+    shown += code;
+  };
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t n = Utf8SequenceLength(text, at);
+    const auto lead = static_cast<unsigned char>(text[at]);
+    const bool c0 = n == 1 && (lead < 0x20 || lead == 0x7f);
+    const bool c1 = n == 2 && lead == 0xc2 && static_cast<unsigned char>(text[at + 1]) < 0xa0;
+    if (n == 0 || c0 || c1) {
+      for (std::size_t i = 0; i < (n == 0 ? 1 : n); ++i) {
+        escape(static_cast<unsigned char>(text[at + i]));
+      }
+      at += n == 0 ? 1 : n;
+      continue;
+    }
+    shown.append(text.substr(at, n));
+    at += n;
+  }
+  return shown;
 }
 
 }  // namespace gpuslice::util
